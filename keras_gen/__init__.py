@@ -1,0 +1,9 @@
+"""keras-gen: fast, compiled text generation for Keras 3."""
+
+from keras_gen import models
+from keras_gen import samplers
+from keras_gen.models import CausalLM
+from keras_gen.models import GPT2Backbone
+from keras_gen.models import GPT2CausalLM
+
+__version__ = "0.1.0"

@@ -1,0 +1,90 @@
+"""Everything that differs per Keras backend lives in this package.
+
+The rest of keras-gen is written with `keras.ops`. It calls the few functions
+here where the backends really differ: how a generation program is compiled,
+how its loop runs, and where its random numbers come from. Only the module of
+the active backend is imported, so `import keras_gen` never pulls in
+TensorFlow or torch unless Keras runs on them.
+"""
+
+import importlib
+
+import keras
+
+_MODULES = {
+    "jax": "keras_gen.backend.jax_backend",
+    "tensorflow": "keras_gen.backend.tensorflow_backend",
+    "torch": "keras_gen.backend.torch_backend",
+}
+
+_trace_counter = [0]
+
+
+def name():
+    """The active Keras backend: `"jax"`, `"tensorflow"` or `"torch"`."""
+    return keras.config.backend()
+
+
+if name() not in _MODULES:
+    raise RuntimeError(
+        f"keras-gen runs on the Keras backends {sorted(_MODULES)}; "
+        f"the active backend is {name()!r}. Set KERAS_BACKEND."
+    )
+# Keras fixes its backend when it is imported, so the module is chosen once.
+_impl = importlib.import_module(_MODULES[name()])
+
+
+def trace_count():
+    """How many times a generation program has been traced (compiled).
+
+    Tests read it before and after a call to prove that a call reused a
+    compiled program instead of building a new one.
+    """
+    return _trace_counter[0]
+
+
+def count_trace():
+    _trace_counter[0] += 1
+
+
+def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+    """Compile `fn`, which reads the Keras `variables`, into one program.
+
+    JAX: `jax.jit`, with the variables passed in explicitly. TensorFlow:
+    `tf.function(jit_compile=True)`. torch: `fn` runs eagerly and its loops
+    compile their step (see `while_loop`). Arguments named in
+    `static_argnames` are Python values that select a program.
+    """
+    return _impl.compile_function(
+        fn, variables, jit_compile=jit_compile, static_argnames=static_argnames
+    )
+
+
+def while_loop(cond, body, loop_state, jit_compile=True):
+    """Run `loop_state = body(loop_state)` while `cond(loop_state)`.
+
+    `loop_state` is a nested structure of tensors whose shapes never change.
+    On JAX and TensorFlow this becomes a loop inside the compiled program; on
+    torch it is a host loop around one compiled step.
+    """
+    return _impl.while_loop(cond, body, loop_state, jit_compile=jit_compile)
+
+
+def slice(x, start, length, axis):
+    """`length` entries of `x` along `axis` from `start`, a scalar tensor."""
+    return _impl.slice(x, start, length, axis)
+
+
+def update_slice(x, update, start, axis):
+    """`x` with `update` written along `axis` from `start`, a scalar tensor."""
+    return _impl.update_slice(x, update, start, axis)
+
+
+def uniform(shape, seed):
+    """Uniform floats in [0, 1) drawn from an explicit `(2,)` int32 seed."""
+    return _impl.uniform(shape, seed)
+
+
+def no_grad():
+    """A context in which no gradients are recorded (a no-op but on torch)."""
+    return _impl.no_grad()

@@ -1,0 +1,50 @@
+"""The JAX backend: `jax.jit` over explicit variable values."""
+
+import contextlib
+
+import jax
+import keras
+
+from keras_gen import backend
+
+
+def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+    variables = list(variables)
+
+    def stateless_fn(values, *args, **kwargs):
+        backend.count_trace()
+        mapping = zip(variables, values)
+        with keras.StatelessScope(state_mapping=mapping):
+            return fn(*args, **kwargs)
+
+    if jit_compile:
+        stateless_fn = jax.jit(stateless_fn, static_argnames=static_argnames)
+
+    def call(*args, **kwargs):
+        # `.value` keeps the sharding a distribution gave each variable.
+        return stateless_fn([v.value for v in variables], *args, **kwargs)
+
+    return call
+
+
+def while_loop(cond, body, loop_state, jit_compile=True):
+    return jax.lax.while_loop(cond, body, loop_state)
+
+
+def slice(x, start, length, axis):
+    return jax.lax.dynamic_slice_in_dim(x, start, length, axis=axis)
+
+
+def update_slice(x, update, start, axis):
+    return jax.lax.dynamic_update_slice_in_dim(x, update, start, axis=axis)
+
+
+def uniform(shape, seed):
+    key = jax.random.wrap_key_data(
+        jax.numpy.asarray(seed).astype("uint32"), impl="threefry2x32"
+    )
+    return jax.random.uniform(key, shape, dtype="float32")
+
+
+def no_grad():
+    return contextlib.nullcontext()

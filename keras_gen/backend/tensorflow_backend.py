@@ -1,0 +1,58 @@
+"""The TensorFlow backend: `tf.function(jit_compile=True)`."""
+
+import contextlib
+
+import tensorflow as tf
+from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+from keras_gen import backend
+
+
+def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+    # tf.function reads the variables by reference and treats Python values
+    # (the static arguments) as part of the program's signature.
+    def traced_fn(*args, **kwargs):
+        backend.count_trace()
+        return fn(*args, **kwargs)
+
+    return tf.function(traced_fn, jit_compile=jit_compile, autograph=False)
+
+
+def while_loop(cond, body, loop_state, jit_compile=True):
+    def tf_body(state):
+        return (body(state),)
+
+    # tf.while_loop wants the body to return the same structure it got.
+    (loop_state,) = tf.while_loop(
+        lambda state: cond(state), tf_body, (loop_state,)
+    )
+    return loop_state
+
+
+def _starts(x, start, axis):
+    zero = tf.zeros((), "int32")
+    starts = [zero] * len(x.shape)
+    starts[axis] = tf.cast(start, "int32")
+    return tf.stack(starts)
+
+
+def slice(x, start, length, axis):
+    sizes = [-1] * len(x.shape)
+    sizes[axis] = length
+    return tf.slice(x, _starts(x, start, axis), sizes)
+
+
+def update_slice(x, update, start, axis):
+    return dynamic_update_slice(
+        x, tf.cast(update, x.dtype), _starts(x, start, axis)
+    )
+
+
+def uniform(shape, seed):
+    return tf.random.stateless_uniform(
+        shape, seed=tf.cast(seed, "int32"), dtype="float32"
+    )
+
+
+def no_grad():
+    return contextlib.nullcontext()

@@ -1,0 +1,96 @@
+"""The torch backend: a host loop around one `torch.compile`d step.
+
+A data-dependent `while` cannot live inside one torch graph, so the program
+runs eagerly and its loop step is compiled once with `fullgraph=True` over
+fixed-shape state: the cache is allocated before the loop and updated in
+place, and `index` is a tensor, so the step never recompiles as it advances.
+"""
+
+import os
+
+import torch
+
+from keras_gen import backend
+
+# The graph compiler behind `torch.compile`: "inductor" (the default, fast
+# code) or e.g. "aot_eager" (quick to compile, for tests).
+COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
+
+
+def _counting_compiler(graph_module, example_inputs):
+    backend.count_trace()
+    compiler = torch._dynamo.lookup_backend(COMPILER)
+    return compiler(graph_module, example_inputs)
+
+
+def _compiled(body):
+    # Dynamo keeps compiled graphs on the body's code object, guarded on
+    # what the body reads: a new wrapper around a new closure of the same
+    # code reuses them.
+    return torch.compile(
+        body, fullgraph=True, dynamic=False, backend=_counting_compiler
+    )
+
+
+def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+    def call(*args, **kwargs):
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    call.jit_compile = jit_compile
+    return call
+
+
+def while_loop(cond, body, loop_state, jit_compile=True):
+    step = _compiled(body) if jit_compile else body
+    while bool(cond(loop_state)):
+        loop_state = step(loop_state)
+    return loop_state
+
+
+# Index tensors, not Python slices: a slice with a tensor bound is a
+# data-dependent shape that breaks a `fullgraph` compile.
+def _positions(x, start, length):
+    start = torch.as_tensor(start, device=x.device)
+    return start + torch.arange(length, device=x.device)
+
+
+def slice(x, start, length, axis):
+    return torch.index_select(x, axis, _positions(x, start, length))
+
+
+def update_slice(x, update, start, axis):
+    positions = _positions(x, start, update.shape[axis])
+    return x.index_copy(axis, positions, update.to(x.dtype))
+
+
+_MASK = 0xFFFFFFFF
+
+
+def _mix(x):
+    # The 32-bit finaliser of MurmurHash3, computed in int64 so that every
+    # product keeps its low 32 bits exactly.
+    x = x & _MASK
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _MASK
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _MASK
+    return x ^ (x >> 16)
+
+
+def uniform(shape, seed):
+    # A counter-based generator: a hash of (seed, position). It is stateless,
+    # so it compiles into the step and gives the same numbers for the same
+    # seed, eager or compiled.
+    seed = torch.as_tensor(seed).to(torch.int64)
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    counter = torch.arange(count, dtype=torch.int64, device=seed.device)
+    key = _mix(_mix(seed[0] + 0x9E3779B9) ^ seed[1])
+    bits = _mix(_mix(counter ^ key) + key)
+    return ((bits >> 8).to(torch.float32) * (1.0 / (1 << 24))).reshape(shape)
+
+
+def no_grad():
+    return torch.no_grad()

@@ -1,0 +1,92 @@
+"""Scaled dot-product attention over a fixed-shape key/value cache."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_gen import backend
+
+
+class CachedAttention(keras.layers.Layer):
+    """Causal attention that reads and writes a preallocated key/value cache.
+
+    The layer has no weights: the projections belong to the model. It writes
+    the new keys and values into the cache at `index` (a scalar tensor) and
+    attends from each new query to every cached position at or before its
+    own. The cache never grows, so a compiled decode step keeps one shape
+    for the whole generation. Grouped-query attention is handled by sharing
+    each key/value head between `num_query_heads // num_key_value_heads`
+    query heads.
+
+    Call arguments:
+        query: `(batch, num_query_heads, length, head_dim)`.
+        key: `(batch, num_key_value_heads, length, head_dim)`.
+        value: same shape as `key`.
+        cache: `None`, or a `(key_cache, value_cache)` pair, each
+            `(batch, num_key_value_heads, cache_length, head_dim)`.
+        index: scalar int tensor, the position of the first new token.
+        seed_cache: bool. When `True` the new keys and values are written
+            into the cache but the queries attend to the new tokens only:
+            cache seeding costs `length**2`, not `length * cache_length`.
+
+    Returns:
+        `(outputs, cache)`: outputs `(batch, num_query_heads, length,
+        head_dim)` and the updated cache (or `None`).
+
+    Examples:
+    >>> attention = CachedAttention()
+    >>> q = k = v = keras.ops.ones((1, 2, 3, 4))
+    >>> outputs, _ = attention(q, k, v)
+    >>> keras.ops.shape(outputs)
+    (1, 2, 3, 4)
+    """
+
+    def __init__(self, sliding_window=None, **kwargs):
+        super().__init__(**kwargs)
+        self.sliding_window = sliding_window
+
+    def call(self, query, key, value, cache=None, index=0, seed_cache=False):
+        query_length = ops.shape(query)[2]
+        keys, values, key_start = key, value, index
+        if cache is not None:
+            key_cache, value_cache = cache
+            key_cache = backend.update_slice(key_cache, key, index, axis=2)
+            value_cache = backend.update_slice(value_cache, value, index, axis=2)
+            cache = (key_cache, value_cache)
+            if not seed_cache:
+                keys, values, key_start = key_cache, value_cache, 0
+        key_length = ops.shape(keys)[2]
+        query_positions = index + ops.arange(query_length, dtype="int32")
+        key_positions = key_start + ops.arange(key_length, dtype="int32")
+        allowed = key_positions[None, :] <= query_positions[:, None]
+        if self.sliding_window is not None:
+            recent = query_positions[:, None] - key_positions[None, :]
+            allowed = ops.logical_and(allowed, recent < self.sliding_window)
+        outputs = self._attend(query, keys, values, allowed)
+        return outputs, cache
+
+    def _attend(self, query, keys, values, allowed):
+        num_query_heads = ops.shape(query)[1]
+        num_key_value_heads = ops.shape(keys)[1]
+        groups = num_query_heads // num_key_value_heads
+        batch, _, query_length, head_dim = ops.shape(query)
+        # (batch, kv_heads, groups * query_length, head_dim): the query heads
+        # that share a key/value head are folded into the length axis.
+        query = ops.reshape(
+            query, (batch, num_key_value_heads, groups * query_length, head_dim)
+        )
+        scores = ops.matmul(query, ops.swapaxes(keys, -1, -2))
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(head_dim))
+        allowed = ops.tile(allowed, (groups, 1))
+        scores = ops.where(allowed[None, None], scores, -1e30)
+        weights = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
+        outputs = ops.matmul(weights, values)
+        return ops.reshape(
+            outputs, (batch, num_query_heads, query_length, head_dim)
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"sliding_window": self.sliding_window})
+        return config

@@ -1,0 +1,80 @@
+"""The base class of every architecture's backbone."""
+
+import keras
+from keras import ops
+
+
+class Backbone(keras.Model):
+    """A decoder-only transformer that `CausalLM` can generate with.
+
+    A backbone maps token ids to hidden states (`call`) and hidden states to
+    vocabulary logits (`compute_logits`). For generation it has two methods,
+    from which `CausalLM` builds its one-step `next` function once for every
+    architecture:
+
+    - `build_state(token_ids, padding_mask, cache_length)`: run the prompt,
+      allocate the fixed-shape key/value cache of `cache_length` positions
+      and seed it with the prompt. Returns `(hidden_states, state)`.
+    - `call_with_state(token_ids, state, index)`: run new tokens from
+      position `index` (a scalar tensor) against the cache. Returns
+      `(logits, hidden_states, state)`.
+
+    `state` is a tuple with one `(key_cache, value_cache)` pair per layer,
+    each `(batch, num_key_value_heads, cache_length, head_dim)`: updated in
+    place, never grown.
+
+    A subclass builds `self.transformer_layers` (blocks called as
+    `block(x, cache=, index=, seed_cache=)` returning `(x, cache)`) and
+    implements `embed`, `final_norm` and `compute_logits`. It sets
+    `vocabulary_size`, `num_layers`, `num_key_value_heads`, `head_dim` and
+    `max_sequence_length` (`None` when positions are unbounded).
+    """
+
+    max_sequence_length = None
+
+    def embed(self, token_ids, index, training=False):
+        """`(batch, length)` token ids at positions from `index` to vectors."""
+        raise NotImplementedError
+
+    def final_norm(self, x):
+        raise NotImplementedError
+
+    def compute_logits(self, hidden_states):
+        """`(..., hidden_dim)` to float32 `(..., vocabulary_size)` logits."""
+        raise NotImplementedError
+
+    def call(self, token_ids, padding_mask=None, training=False):
+        """Hidden states of a whole sequence, with no cache."""
+        x = self.embed(token_ids, 0, training=training)
+        for block in self.transformer_layers:
+            x, _ = block(x, training=training)
+        return self.final_norm(x)
+
+    def build_state(self, token_ids, padding_mask=None, cache_length=None):
+        batch, length = ops.shape(token_ids)
+        cache_shape = (
+            batch,
+            self.num_key_value_heads,
+            cache_length or length,
+            self.head_dim,
+        )
+        x = self.embed(token_ids, 0)
+        state = []
+        for block in self.transformer_layers:
+            empty = (
+                ops.zeros(cache_shape, dtype=self.compute_dtype),
+                ops.zeros(cache_shape, dtype=self.compute_dtype),
+            )
+            x, cache = block(x, cache=empty, index=0, seed_cache=True)
+            state.append(cache)
+        return self.final_norm(x), tuple(state)
+
+    def call_with_state(self, token_ids, state, index):
+        x = self.embed(token_ids, index)
+        new_state = []
+        for block, cache in zip(self.transformer_layers, state):
+            x, cache = block(x, cache=cache, index=index)
+            new_state.append(cache)
+        hidden_states = self.final_norm(x)
+        logits = self.compute_logits(hidden_states)
+        return logits, hidden_states, tuple(new_state)

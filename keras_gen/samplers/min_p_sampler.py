@@ -1,0 +1,44 @@
+"""Min-p sampling."""
+
+from keras import ops
+
+from keras_gen.samplers.random_sampler import sample_from_logits
+from keras_gen.samplers.sampler import Sampler
+from keras_gen.samplers.sampler import check_probability
+
+
+def min_p_filter(logits, p):
+    """Keep tokens at least `p` times as likely as the most likely one.
+
+    `prob >= p * max_prob` is `logit >= max_logit + log(p)`: no softmax.
+    """
+    threshold = ops.max(logits, axis=-1, keepdims=True) + ops.log(p)
+    return ops.where(logits >= threshold, logits, float("-inf"))
+
+
+class MinPSampler(Sampler):
+    """Samples from the tokens at least `p` times as likely as the top one.
+
+    Args:
+        p: float in (0, 1], the relative probability floor.
+        temperature: float > 0, logits are divided by it first.
+        seed: int or `None`, the default seed of `generate`.
+
+    Examples:
+    >>> sampler = MinPSampler(p=0.1)
+    >>> sampler.get_parameters()
+    {'temperature': 1.0, 'p': 0.1}
+    """
+
+    def __init__(self, p=0.1, temperature=1.0, seed=None):
+        self.p = p
+        super().__init__(temperature=temperature, seed=seed)
+
+    def get_parameters(self):
+        return {**super().get_parameters(), "p": check_probability("p", self.p)}
+
+    def get_next_token(self, logits, seed):
+        return sample_from_logits(min_p_filter(logits, self.p), seed)
+
+    def get_config(self):
+        return {**super().get_config(), "p": self.p}

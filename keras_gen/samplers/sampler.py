@@ -1,0 +1,218 @@
+"""The base sampler: the generation loop that every sampler shares."""
+
+import contextlib
+
+from keras import ops
+
+from keras_gen import backend
+
+
+def check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
+    if not value > 0:
+        raise ValueError(f"`{name}` must be > 0. Received: {name}={value}")
+    return float(value)
+
+
+def check_probability(name, value):
+    check_positive(name, value)
+    if value > 1:
+        raise ValueError(
+            f"`{name}` must be in (0, 1]. Received: {name}={value}"
+        )
+    return float(value)
+
+
+def check_count(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"`{name}` must be an int >= 1. Received: {name}={value!r}"
+        )
+    if value < 1:
+        raise ValueError(f"`{name}` must be >= 1. Received: {name}={value}")
+    return value
+
+
+class Sampler:
+    """Base class for samplers: turns logits into tokens, step by step.
+
+    The base class owns the generation loop. A sampler that picks one token
+    per row from `(batch, vocab)` logits only writes `get_next_token`; the
+    loop divides the logits by `temperature` before calling it. Samplers that
+    need more (beam search, contrastive search) override `start`, `step` and
+    `finish`, not the loop.
+
+    The numbers a user tunes (`temperature`, `k`, `p`, ...) are listed in
+    `get_parameters()`. They reach the compiled program as tensors, so
+    changing them between calls never recompiles it.
+
+    Args:
+        temperature: float > 0. Logits are divided by it before sampling.
+        seed: int or `None`. The default seed of `CausalLM.generate`.
+
+    Call arguments:
+        next: `next(prompt, state, index) -> (logits, hidden_states, state)`,
+            the model's step: logits `(batch, vocab)` for position `index`.
+        prompt: `(batch, max_length)` int tensor, the token buffer.
+        state: the model's cache state, or `None`.
+        index: int or scalar tensor, the first position to generate.
+        mask: `(batch, max_length)` bool tensor, `True` where `prompt` holds
+            tokens to keep. Defaults to positions before `index`.
+        stop_token_ids: ids that end a row, or `None`.
+        hidden_states: the prompt's hidden states (for samplers that use
+            them).
+
+    Examples:
+    >>> import keras
+    >>> class ArgmaxSampler(Sampler):
+    ...     def get_next_token(self, logits, seed):
+    ...         return keras.ops.argmax(logits, axis=-1)
+    """
+
+    def __init__(self, temperature=1.0, seed=None):
+        self.temperature = temperature
+        self.seed = seed
+        self.get_parameters()
+
+    def get_parameters(self):
+        """The tunable numbers, checked, as a dict of Python numbers."""
+        return {"temperature": check_positive("temperature", self.temperature)}
+
+    def get_parameter_tensors(self):
+        """`get_parameters()` as tensors: the compiled program's inputs."""
+        return {
+            name: ops.convert_to_tensor(value, "float32")
+            for name, value in self.get_parameters().items()
+        }
+
+    @contextlib.contextmanager
+    def bind(self, parameters):
+        """Within the context, read the tunable numbers from `parameters`.
+
+        The compiled program calls this with its tensor inputs, so that
+        `get_next_token` reads `self.temperature`, `self.k`, ... as tensors.
+        """
+        saved = {name: getattr(self, name) for name in parameters}
+        try:
+            for name, value in parameters.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+    def get_next_token(self, logits, seed):
+        """Pick `(batch,)` token ids from `(batch, vocab)` float32 logits.
+
+        `seed` is a `(2,)` int32 tensor, different at every step; pass it to
+        `keras_gen.backend.uniform` for random draws.
+        """
+        raise NotImplementedError
+
+    def start(
+        self,
+        prompt,
+        state,
+        index,
+        mask=None,
+        stop_token_ids=None,
+        hidden_states=None,
+        end=None,
+        seed=None,
+    ):
+        """The loop state before the first step, a dict of tensors.
+
+        `end` is where each row stops at the latest: a scalar or `(batch,)`
+        int tensor, by default the width of `prompt`. `seed` is a `(2,)`
+        int tensor.
+        """
+        prompt = ops.convert_to_tensor(prompt, "int32")
+        batch, length = ops.shape(prompt)
+        index = ops.convert_to_tensor(index, "int32")
+        if mask is None:
+            mask = ops.arange(length, dtype="int32")[None, :] < index
+            mask = ops.broadcast_to(mask, (batch, length))
+        end = ops.convert_to_tensor(length if end is None else end, "int32")
+        return {
+            "token_ids": prompt,
+            "mask": ops.convert_to_tensor(mask, "bool"),
+            "state": state,
+            "index": index,
+            "end": ops.broadcast_to(end, (batch,)),
+            "done": ops.zeros((batch,), dtype="bool"),
+            "stop_token_ids": ops.convert_to_tensor(
+                [-1] if stop_token_ids is None else stop_token_ids, "int32"
+            ),
+            "seed": ops.convert_to_tensor([0, 0] if seed is None else seed, "int32"),
+        }
+
+    def cond(self, loop):
+        """Keep going while a row is unfinished and short of its `end`."""
+        running = ops.logical_and(
+            ops.logical_not(loop["done"]), loop["index"] < loop["end"]
+        )
+        return ops.any(running)
+
+    def step(self, next, loop):
+        """Generate one token per row at `loop["index"]`."""
+        index = loop["index"]
+        logits, _, state = next(loop["token_ids"], loop["state"], index)
+        logits = ops.cast(logits, "float32") / self.temperature
+        step_seed = loop["seed"] + ops.stack([ops.zeros_like(index), index])
+        token = self.get_next_token(logits, step_seed)
+        return self.append(loop, token, state)
+
+    def append(self, loop, token, state):
+        """Write `token` at `index` (keeping prompt tokens) and advance."""
+        index = loop["index"]
+        token_ids, mask = loop["token_ids"], loop["mask"]
+        in_prompt = backend.slice(mask, index, 1, axis=1)[:, 0]
+        prompt_token = backend.slice(token_ids, index, 1, axis=1)[:, 0]
+        token = ops.where(in_prompt, prompt_token, ops.cast(token, "int32"))
+        is_stop = ops.any(
+            token[:, None] == loop["stop_token_ids"][None, :], axis=-1
+        )
+        stopped = ops.logical_and(ops.logical_not(in_prompt), is_stop)
+        return {
+            **loop,
+            "token_ids": backend.update_slice(token_ids, token[:, None], index, 1),
+            "state": state,
+            "index": index + 1,
+            "done": ops.logical_or(loop["done"], stopped),
+        }
+
+    def run(self, next, loop):
+        """Step until `cond` fails: one loop inside the compiled program."""
+        return backend.while_loop(
+            self.cond, lambda loop: self.step(next, loop), loop
+        )
+
+    def finish(self, loop):
+        """The generated `(batch, max_length)` token ids."""
+        return loop["token_ids"]
+
+    def __call__(
+        self,
+        next,
+        prompt,
+        state=None,
+        index=0,
+        mask=None,
+        stop_token_ids=None,
+        hidden_states=None,
+    ):
+        loop = self.start(
+            prompt, state, index, mask, stop_token_ids, hidden_states
+        )
+        with self.bind(self.get_parameter_tensors()):
+            return self.finish(self.run(next, loop))
+
+    def get_config(self):
+        return {"temperature": self.temperature, "seed": self.seed}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

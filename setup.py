@@ -1,0 +1,49 @@
+"""Package metadata for keras-gen."""
+
+import pathlib
+
+from setuptools import find_packages
+from setuptools import setup
+
+HERE = pathlib.Path(__file__).parent
+
+JAX = ["jax>=0.4.30", "jaxlib>=0.4.30"]
+TENSORFLOW = ["tensorflow-cpu>=2.16"]
+# The CPU wheel of torch 2.13.0 is what the test setup installs first; a range
+# keeps any compatible torch the user already has.
+TORCH = ["torch>=2.4"]
+
+setup(
+    name="keras-gen",
+    version="0.1.0",
+    description="Fast, compiled text generation for Keras 3 on JAX, TensorFlow and PyTorch.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["keras_gen", "keras_gen.*"]),
+    include_package_data=True,
+    install_requires=[
+        "keras>=3.8",
+        "numpy",
+        "tokenizers",
+        "safetensors",
+    ],
+    extras_require={
+        "jax": JAX,
+        "tensorflow": TENSORFLOW,
+        "torch": TORCH,
+        "test": [
+            "pytest",
+            *JAX,
+            *TENSORFLOW,
+            *TORCH,
+            "keras-hub",
+            "transformers",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

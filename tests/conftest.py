@@ -6,6 +6,7 @@ import os
 # the suite compiles with aot_eager (same graph capture, no code generation)
 # and one slow test checks inductor itself.
 os.environ.setdefault("KERAS_GEN_TORCH_COMPILER", "aot_eager")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -2,10 +2,11 @@
 
 import os
 
-# Compiling a torch step with inductor takes tens of seconds on a small CPU;
-# the suite compiles with aot_eager (same graph capture, no code generation)
-# and one slow test checks inductor itself.
-os.environ.setdefault("KERAS_GEN_TORCH_COMPILER", "aot_eager")
+# Compiling a torch step takes seconds (aot_eager) to tens of seconds
+# (inductor) on a small CPU, so on torch the suite runs the loop eagerly;
+# tests that are about compilation ask for the `torch_compiled` fixture, and
+# a slow test checks inductor itself.
+os.environ.setdefault("KERAS_GEN_TORCH_COMPILER", "none")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
@@ -58,10 +59,40 @@ def gpt2_lm(gpt2_backbone):
 
 
 @pytest.fixture
-def traces():
-    """Counts the generation programs traced since the fixture was made."""
+def torch_compiled(monkeypatch):
+    """On torch, compile the loop step (with aot_eager) in this test."""
+    if keras.config.backend() == "torch":
+        from keras_gen.backend import torch_backend
+
+        monkeypatch.setattr(torch_backend, "COMPILER", "aot_eager")
+
+
+@pytest.fixture
+def traces(torch_compiled):
+    """Counts the generation programs traced since the fixture was made.
+
+    On torch it turns compilation on: the count is of compiled steps.
+    """
     start = backend.trace_count()
     return lambda: backend.trace_count() - start
+
+
+if keras.config.backend() == "torch":
+    import torch
+
+    # Tiny models gain nothing from threads, and spinning threads slow every
+    # small matmul when the cores are shared.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_torch_compile_cache():
+    # Graphs compiled for one test's models are of no use to the next.
+    yield
+    if keras.config.backend() == "torch":
+        import torch
+
+        torch._dynamo.reset()
 
 
 def pytest_report_header(config):

@@ -13,8 +13,17 @@ import torch
 from keras_gen import backend
 
 # The graph compiler behind `torch.compile`: "inductor" (the default, fast
-# code) or e.g. "aot_eager" (quick to compile, for tests).
+# code), another torch.compile backend such as "aot_eager" (quick to
+# compile), or "none" to run the loop step eagerly.
 COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
+
+
+# Each model (and each sampler) compiles its own graphs of the shared step
+# code; the default limit of 8 per code object is too few for a process that
+# holds several models.
+torch._dynamo.config.recompile_limit = max(
+    torch._dynamo.config.recompile_limit, 64
+)
 
 
 def _counting_compiler(graph_module, example_inputs):
@@ -42,7 +51,7 @@ def compile_function(fn, variables, jit_compile=True, static_argnames=()):
 
 
 def while_loop(cond, body, loop_state, jit_compile=True):
-    step = _compiled(body) if jit_compile else body
+    step = _compiled(body) if jit_compile and COMPILER != "none" else body
     while bool(cond(loop_state)):
         loop_state = step(loop_state)
     return loop_state

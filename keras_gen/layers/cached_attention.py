@@ -8,6 +8,7 @@ from keras import ops
 from keras_gen import backend
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class CachedAttention(keras.layers.Layer):
     """Causal attention that reads and writes a preallocated key/value cache.
 

@@ -17,6 +17,7 @@ MIN_CACHE_LENGTH = 32
 MIN_PREFILL_LENGTH = 16
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class CausalLM(keras.Model):
     """A language model that predicts the next token, with `generate`.
 
@@ -51,6 +52,8 @@ class CausalLM(keras.Model):
         self.sampler = None
         self.generate_function = None
         self.compile()
+        # The backbone is built; the task adds no weights of its own.
+        self.built = True
 
     def call(self, inputs, training=False):
         """Logits `(batch, length, vocab)` for token ids or a dict of them."""

@@ -7,6 +7,7 @@ from keras_gen.models.backbone import Backbone
 from keras_gen.models.gpt2.gpt2_block import GPT2Block
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class GPT2Backbone(Backbone):
     """GPT-2: learned positions, pre-norm blocks, gelu, tied output embedding.
 

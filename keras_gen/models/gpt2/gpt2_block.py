@@ -6,6 +6,7 @@ from keras import ops
 from keras_gen.layers.cached_attention import CachedAttention
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class GPT2Block(keras.layers.Layer):
     """A pre-norm GPT-2 block: attention then a gelu MLP, each residual.
 

@@ -1,8 +1,11 @@
 """The GPT-2 causal language model."""
 
+import keras
+
 from keras_gen.models.causal_lm import CausalLM
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class GPT2CausalLM(CausalLM):
     """GPT-2 with generation: `CausalLM` over a `GPT2Backbone`.
 

@@ -139,7 +139,8 @@ class Sampler:
         return {
             "token_ids": prompt,
             "mask": ops.convert_to_tensor(mask, "bool"),
-            "state": state,
+            # An empty tuple, not None: every loop carries a nested structure.
+            "state": () if state is None else state,
             "index": index,
             "end": ops.broadcast_to(end, (batch,)),
             "done": ops.zeros((batch,), dtype="bool"),

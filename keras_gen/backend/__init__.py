@@ -47,16 +47,23 @@ def count_trace():
     _trace_counter[0] += 1
 
 
-def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+def compile_function(
+    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
+):
     """Compile `fn`, which reads the Keras `variables`, into one program.
 
     JAX: `jax.jit`, with the variables passed in explicitly. TensorFlow:
     `tf.function(jit_compile=True)`. torch: `fn` runs eagerly and its loops
     compile their step (see `while_loop`). Arguments named in
-    `static_argnames` are Python values that select a program.
+    `static_argnames` are Python values that select a program; positional
+    arguments in `donate_argnums` may be reused for the outputs (JAX).
     """
     return _impl.compile_function(
-        fn, variables, jit_compile=jit_compile, static_argnames=static_argnames
+        fn,
+        variables,
+        jit_compile=jit_compile,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
     )
 
 

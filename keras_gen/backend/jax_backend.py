@@ -8,7 +8,9 @@ import keras
 from keras_gen import backend
 
 
-def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+def compile_function(
+    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
+):
     variables = list(variables)
 
     def stateless_fn(values, *args, **kwargs):
@@ -18,7 +20,12 @@ def compile_function(fn, variables, jit_compile=True, static_argnames=()):
             return fn(*args, **kwargs)
 
     if jit_compile:
-        stateless_fn = jax.jit(stateless_fn, static_argnames=static_argnames)
+        stateless_fn = jax.jit(
+            stateless_fn,
+            static_argnames=static_argnames,
+            # Shifted past the variable values, which are never donated.
+            donate_argnums=tuple(i + 1 for i in donate_argnums),
+        )
 
     def call(*args, **kwargs):
         # `.value` keeps the sharding a distribution gave each variable.

@@ -8,7 +8,9 @@ from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 from keras_gen import backend
 
 
-def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+def compile_function(
+    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
+):
     # tf.function reads the variables by reference and treats Python values
     # (the static arguments) as part of the program's signature.
     def traced_fn(*args, **kwargs):

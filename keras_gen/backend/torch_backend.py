@@ -41,7 +41,9 @@ def _compiled(body):
     )
 
 
-def compile_function(fn, variables, jit_compile=True, static_argnames=()):
+def compile_function(
+    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
+):
     def call(*args, **kwargs):
         with torch.no_grad():
             return fn(*args, **kwargs)

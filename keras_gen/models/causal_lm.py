@@ -1,20 +1,26 @@
 """The causal language model task: compile once, generate many times."""
 
-import secrets
+import time
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_gen import backend
 from keras_gen import samplers
-from keras_gen.models import prompts as prompts_lib
+from keras_gen.models.generation_request import GenerationRequest
+from keras_gen.samplers.sampler import check_count
+from keras_gen.samplers.sampler import check_positive
+from keras_gen.streaming.generation_output import GenerationOutput
 
-# Stop ids enter the program as a fixed-size tensor padded with -1, so a
-# different set of stop ids (up to this many) does not recompile.
-STOP_TOKEN_SLOTS = 8
-MIN_CACHE_LENGTH = 32
-MIN_PREFILL_LENGTH = 16
+
+def _requested_outputs(scores, logits, log_probs, hidden_states):
+    wanted = {
+        "scores": scores,
+        "logits": logits,
+        "log_probs": log_probs,
+        "hidden_states": hidden_states,
+    }
+    return tuple(name for name, flag in wanted.items() if flag)
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -51,6 +57,9 @@ class CausalLM(keras.Model):
         self.tokenizer = tokenizer
         self.sampler = None
         self.generate_function = None
+        self.stream_functions = None
+        # Steps per compiled chunk of a stream.
+        self.stream_chunk_size = 4
         self.compile()
         # The backbone is built; the task adds no weights of its own.
         self.built = True
@@ -89,6 +98,7 @@ class CausalLM(keras.Model):
         self.sampler = samplers.get(sampler)
         self.generate_jit_compile = jit_compile
         self.generate_function = None
+        self.stream_functions = None
 
     def next(self, prompt, state, index):
         """One decoding step: logits for position `index`.
@@ -102,7 +112,45 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def generate_step(self, inputs, prefill_length):
+    def _start_loop(self, inputs, prefill_length, outputs):
+        """Seed the cache from the prompt; the loop state before step one."""
+        token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
+        batch, cache_length = ops.shape(token_ids)
+        hidden_states, state = self.backbone.build_state(
+            token_ids[:, :prefill_length],
+            mask[:, :prefill_length],
+            cache_length=cache_length,
+        )
+        # Rows are aligned left: the loop starts at the shortest prompt and
+        # keeps prompt tokens wherever a longer row still has them.
+        index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
+        vocabulary_size = self.backbone.vocabulary_size
+        shapes = {
+            "log_probs": (batch, cache_length),
+            "scores": (batch, cache_length, vocabulary_size),
+            "logits": (batch, cache_length, vocabulary_size),
+            "hidden_states": (batch, cache_length, self.backbone.hidden_dim),
+        }
+        with self.sampler.bind(inputs["sampler"]):
+            loop = self.sampler.start(
+                token_ids,
+                state,
+                index,
+                mask=mask,
+                stop_token_ids=inputs["stop_token_ids"],
+                hidden_states=hidden_states,
+                end=inputs["end"],
+                seed=inputs["seed"],
+                outputs={name: ops.zeros(shapes[name]) for name in outputs},
+            )
+        return {**loop, "parameters": inputs["sampler"]}
+
+    def _run_loop(self, loop):
+        """Run the sampler loop until it ends or reaches `loop["until"]`."""
+        with self.sampler.bind(loop["parameters"]):
+            return self.sampler.run(self.next, loop)
+
+    def generate_step(self, inputs, prefill_length, outputs=()):
         """Generate for one padded batch; the body of the compiled program.
 
         Args:
@@ -113,32 +161,16 @@ class CausalLM(keras.Model):
                 `(2,)`, and `sampler`: the sampler's tunable numbers.
             prefill_length: int, how many leading positions hold prompt
                 tokens; the cache is seeded from these only.
+            outputs: names of the per-step outputs to return (`"logits"`,
+                `"scores"`, `"log_probs"`, `"hidden_states"`).
 
         Returns:
-            `(batch, cache_length)` token ids.
+            A dict: `token_ids` `(batch, cache_length)` and each requested
+            output, `(batch, cache_length, ...)`, written at the position of
+            the token it produced.
         """
-        token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
-        hidden_states, state = self.backbone.build_state(
-            token_ids[:, :prefill_length],
-            mask[:, :prefill_length],
-            cache_length=ops.shape(token_ids)[1],
-        )
-        # Rows are aligned left: the loop starts at the shortest prompt and
-        # keeps prompt tokens wherever a longer row still has them.
-        index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
-        sampler = self.sampler
-        with sampler.bind(inputs["sampler"]):
-            loop = sampler.start(
-                token_ids,
-                state,
-                index,
-                mask=mask,
-                stop_token_ids=inputs["stop_token_ids"],
-                hidden_states=hidden_states,
-                end=inputs["end"],
-                seed=inputs["seed"],
-            )
-            return sampler.finish(sampler.run(self.next, loop))
+        loop = self._run_loop(self._start_loop(inputs, prefill_length, outputs))
+        return {"token_ids": self.sampler.finish(loop), **loop["outputs"]}
 
     def make_generate_function(self):
         """Build (once) and return the compiled generate function."""
@@ -147,41 +179,33 @@ class CausalLM(keras.Model):
                 self.generate_step,
                 self.variables,
                 jit_compile=self.generate_jit_compile,
-                static_argnames=("prefill_length",),
+                static_argnames=("prefill_length", "outputs"),
             )
         return self.generate_function
 
-    def _stop_token_ids(self, stop_token_ids):
-        if isinstance(stop_token_ids, str) and stop_token_ids == "auto":
-            stop_token_ids = getattr(self.tokenizer, "eos_token_ids", None)
-        if stop_token_ids is None:
-            return []
-        if isinstance(stop_token_ids, (int, np.integer)):
-            stop_token_ids = [stop_token_ids]
-        stop_token_ids = list(stop_token_ids)
-        vocabulary_size = self.backbone.vocabulary_size
-        for token in stop_token_ids:
-            if not isinstance(token, (int, np.integer)) or not (
-                0 <= token < vocabulary_size
-            ):
-                raise ValueError(
-                    "`stop_token_ids` must be None, 'auto' or token ids in "
-                    f"[0, {vocabulary_size}). Received: {stop_token_ids}"
-                )
-        if len(stop_token_ids) > STOP_TOKEN_SLOTS:
-            raise ValueError(
-                f"`stop_token_ids` takes at most {STOP_TOKEN_SLOTS} ids. "
-                f"Received {len(stop_token_ids)}."
-            )
-        return [int(t) for t in stop_token_ids]
+    def make_stream_functions(self):
+        """Build (once) the compiled `(start, advance)` pair of a stream.
 
-    def _seed(self, seed):
-        seed = self.sampler.seed if seed is None else seed
-        if seed is None:
-            seed = secrets.randbits(31)
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise TypeError(f"`seed` must be an int or None. Received: {seed!r}")
-        return [int(seed) % (1 << 31), 0]
+        `start(inputs, prefill_length, outputs)` seeds the cache and returns
+        the loop state; `advance(loop)` runs the same sampler step up to
+        `loop["until"]`. The loop state is donated where the backend can.
+        """
+        if self.stream_functions is None:
+            self.stream_functions = (
+                backend.compile_function(
+                    self._start_loop,
+                    self.variables,
+                    jit_compile=self.generate_jit_compile,
+                    static_argnames=("prefill_length", "outputs"),
+                ),
+                backend.compile_function(
+                    self._run_loop,
+                    self.variables,
+                    jit_compile=self.generate_jit_compile,
+                    donate_argnums=(0,),
+                ),
+            )
+        return self.stream_functions
 
     def generate(
         self,
@@ -192,6 +216,14 @@ class CausalLM(keras.Model):
         stop_token_ids="auto",
         strip_prompt=False,
         seed=None,
+        return_dict=False,
+        output_scores=False,
+        output_logits=False,
+        output_log_probs=False,
+        output_hidden_states=False,
+        streamer=None,
+        max_time=None,
+        stream_chunk_size=None,
     ):
         """Generate text or token ids from one prompt or a batch.
 
@@ -209,51 +241,108 @@ class CausalLM(keras.Model):
                 after emitting one; generation ends when every row has.
             strip_prompt: bool, return only the new tokens.
             seed: int or `None`. The same seed gives the same tokens.
+            return_dict: bool. Return a `keras_gen.streaming.GenerationOutput`
+                (new tokens, text, finish reasons, sequences and the
+                requested per-step outputs) instead of the input's form.
+            output_scores, output_logits, output_log_probs,
+            output_hidden_states: bool, add these per-step arrays to the
+                record (see `GenerationOutput`).
+            streamer: a `keras_gen.streaming.BaseStreamer`; it gets each
+                chunk as it is produced.
+            max_time: float, seconds. Rows still running then end with
+                finish reason `"time"` (checked between stream chunks).
+            stream_chunk_size: int, steps per chunk when streaming.
 
         Examples:
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
         [[1, 2, 3, 9, 9, 9, 9], [4, 5, 7, 7, 7, 7]]
         """
-        prompts, form, width = prompts_lib.read_prompts(inputs, self.tokenizer)
-        backbone = self.backbone
-        prompts_lib.check_prompts(prompts, backbone.vocabulary_size)
-        limit = backbone.max_sequence_length
-        ends = prompts_lib.row_ends(
-            prompts, max_length, max_new_tokens, width, limit
+        request = GenerationRequest(
+            self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
+            outputs=_requested_outputs(
+                output_scores, output_logits, output_log_probs, output_hidden_states
+            ),
         )
-        stop_token_ids = self._stop_token_ids(stop_token_ids)
-        sampler_parameters = self.sampler.get_parameters()
+        if streamer is not None or max_time is not None:
+            chunks = self._stream(request, streamer, max_time, stream_chunk_size)
+            record = GenerationOutput.join(chunks)
+        else:
+            with backend.no_grad():
+                outputs = self.make_generate_function()(
+                    request.program_inputs, **request.static_arguments
+                )
+            record = request.read(outputs, request.cache_length)
+        return record if return_dict else request.format(record, strip_prompt)
 
-        cache_length = prompts_lib.bucket(max(ends), MIN_CACHE_LENGTH, limit)
-        prefill_length = min(
-            cache_length,
-            prompts_lib.bucket(max(map(len, prompts)), MIN_PREFILL_LENGTH),
+    def stream(
+        self,
+        inputs,
+        max_length=None,
+        *,
+        max_new_tokens=None,
+        stop_token_ids="auto",
+        seed=None,
+        output_scores=False,
+        output_logits=False,
+        output_log_probs=False,
+        output_hidden_states=False,
+        max_time=None,
+        stream_chunk_size=None,
+    ):
+        """Generate step by step: an iterator of `GenerationOutput` chunks.
+
+        Takes the arguments of `generate`. Each chunk holds, per row, the
+        tokens (and text, and requested per-step outputs) produced since the
+        previous chunk and the finish reason of rows that ended. The chunks
+        join (`GenerationOutput.join`) into what `generate(...,
+        return_dict=True)` returns. Leaving the loop early stops generation.
+
+        Examples:
+        >>> for chunk in lm.stream([1, 2, 3], max_new_tokens=8):  # doctest: +SKIP
+        ...     print(chunk.token_ids[0])
+        """
+        request = GenerationRequest(
+            self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
+            outputs=_requested_outputs(
+                output_scores, output_logits, output_log_probs, output_hidden_states
+            ),
         )
-        token_ids, mask = prompts_lib.pack(prompts, cache_length)
-        stop_slots = stop_token_ids + [-1] * (STOP_TOKEN_SLOTS - len(stop_token_ids))
-        program_inputs = {
-            "token_ids": ops.convert_to_tensor(token_ids, "int32"),
-            "padding_mask": ops.convert_to_tensor(mask, "bool"),
-            "end": ops.convert_to_tensor(np.asarray(ends, "int32")),
-            "stop_token_ids": ops.convert_to_tensor(stop_slots, "int32"),
-            "seed": ops.convert_to_tensor(self._seed(seed), "int32"),
-            "sampler": {
-                name: ops.convert_to_tensor(value, "float32")
-                for name, value in sampler_parameters.items()
-            },
-        }
-        generate_function = self.make_generate_function()
-        with backend.no_grad():
-            outputs = generate_function(
-                program_inputs, prefill_length=prefill_length
-            )
-        rows = prompts_lib.cut(
-            ops.convert_to_numpy(outputs), prompts, ends, stop_token_ids
+        return self._stream(request, None, max_time, stream_chunk_size)
+
+    def _stream(self, request, streamer, max_time, chunk_size):
+        chunk_size = check_count(
+            "stream_chunk_size", chunk_size or self.stream_chunk_size
         )
-        return prompts_lib.format_outputs(
-            rows, prompts, form, width or 0, strip_prompt, self.tokenizer,
-            stop_token_ids,
-        )
+        if max_time is not None:
+            max_time = check_positive("max_time", max_time)
+        started = time.monotonic()
+        start, advance = self.make_stream_functions()
+        try:
+            with backend.no_grad():
+                loop = start(request.program_inputs, **request.static_arguments)
+                while not request.done:
+                    index = int(ops.convert_to_numpy(loop["index"]))
+                    until = min(index + chunk_size, request.cache_length)
+                    loop["until"] = ops.convert_to_tensor(until, "int32")
+                    loop = advance(loop)
+                    index = int(ops.convert_to_numpy(loop["index"]))
+                    time_is_up = (
+                        max_time is not None
+                        and time.monotonic() - started >= max_time
+                    )
+                    chunk = request.read(
+                        {"token_ids": loop["token_ids"], **loop["outputs"]},
+                        index,
+                        time_is_up,
+                    )
+                    if streamer is not None:
+                        streamer.put(chunk)
+                    yield chunk
+        finally:
+            # Whether the stream ended, broke off or raised: drop the cache.
+            loop = None
+            if streamer is not None:
+                streamer.end()
 
     def get_config(self):
         return {

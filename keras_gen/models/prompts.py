@@ -148,35 +148,3 @@ def pack(prompts, width):
         token_ids[i, : len(prompt)] = prompt
         mask[i, : len(prompt)] = True
     return token_ids, mask
-
-
-def cut(token_ids, prompts, ends, stop_token_ids):
-    """Each row up to its end or its first generated stop token (included)."""
-    rows = []
-    for row, prompt, end in zip(np.asarray(token_ids), prompts, ends):
-        row = [int(t) for t in row[:end]]
-        for position in range(len(prompt), len(row)):
-            if row[position] in stop_token_ids:
-                row = row[: position + 1]
-                break
-        rows.append(row)
-    return rows
-
-
-def format_outputs(rows, prompts, form, width, strip_prompt, tokenizer, stop_token_ids):
-    """Answer in the form of the input."""
-    if strip_prompt:
-        rows = [row[len(prompt) :] for row, prompt in zip(rows, prompts)]
-    if form in (TEXT, TEXTS):
-        texts = []
-        for row in rows:
-            if row and row[-1] in stop_token_ids:
-                row = row[:-1]
-            texts.append(tokenizer.decode(row))
-        return texts[0] if form == TEXT else texts
-    if form == SINGLE:
-        return rows[0]
-    if form == BATCH:
-        return rows
-    token_ids, mask = pack(rows, max(width, max(map(len, rows))))
-    return {"token_ids": token_ids, "padding_mask": mask}

@@ -122,12 +122,15 @@ class Sampler:
         hidden_states=None,
         end=None,
         seed=None,
+        outputs=None,
     ):
         """The loop state before the first step, a dict of tensors.
 
         `end` is where each row stops at the latest: a scalar or `(batch,)`
         int tensor, by default the width of `prompt`. `seed` is a `(2,)`
-        int tensor.
+        int tensor. `outputs` maps names of per-step outputs (`"logits"`,
+        `"scores"`, `"log_probs"`, `"hidden_states"`) to zero buffers of
+        shape `(batch, max_length, ...)` that the loop fills.
         """
         prompt = ops.convert_to_tensor(prompt, "int32")
         batch, length = ops.shape(prompt)
@@ -135,19 +138,25 @@ class Sampler:
         if mask is None:
             mask = ops.arange(length, dtype="int32")[None, :] < index
             mask = ops.broadcast_to(mask, (batch, length))
-        end = ops.convert_to_tensor(length if end is None else end, "int32")
+        end = ops.broadcast_to(
+            ops.convert_to_tensor(length if end is None else end, "int32"),
+            (batch,),
+        )
         return {
             "token_ids": prompt,
             "mask": ops.convert_to_tensor(mask, "bool"),
             # An empty tuple, not None: every loop carries a nested structure.
             "state": () if state is None else state,
             "index": index,
-            "end": ops.broadcast_to(end, (batch,)),
+            "end": end,
+            # A stream runs the loop in chunks, up to `until` at a time.
+            "until": ops.max(end),
             "done": ops.zeros((batch,), dtype="bool"),
             "stop_token_ids": ops.convert_to_tensor(
                 [-1] if stop_token_ids is None else stop_token_ids, "int32"
             ),
             "seed": ops.convert_to_tensor([0, 0] if seed is None else seed, "int32"),
+            "outputs": outputs or {},
         }
 
     def cond(self, loop):
@@ -155,16 +164,41 @@ class Sampler:
         running = ops.logical_and(
             ops.logical_not(loop["done"]), loop["index"] < loop["end"]
         )
-        return ops.any(running)
+        return ops.logical_and(ops.any(running), loop["index"] < loop["until"])
 
     def step(self, next, loop):
         """Generate one token per row at `loop["index"]`."""
         index = loop["index"]
-        logits, _, state = next(loop["token_ids"], loop["state"], index)
-        logits = ops.cast(logits, "float32") / self.temperature
+        logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
+        scores = ops.cast(logits, "float32") / self.temperature
         step_seed = loop["seed"] + ops.stack([ops.zeros_like(index), index])
-        token = self.get_next_token(logits, step_seed)
+        token = self.get_next_token(scores, step_seed)
+        loop = self.record(
+            loop, token, logits=logits, scores=scores, hidden_states=hidden_states
+        )
         return self.append(loop, token, state)
+
+    def record(self, loop, token, **values):
+        """Write the requested per-step outputs at `index`.
+
+        `values` holds `(batch, ...)` tensors by output name; `log_probs`
+        is derived from `scores` and the chosen `token` when requested.
+        """
+        if not loop["outputs"]:
+            return loop
+        if "log_probs" in loop["outputs"]:
+            log_probs = ops.log_softmax(values["scores"], axis=-1)
+            values["log_probs"] = ops.take_along_axis(
+                log_probs, ops.cast(token, "int32")[:, None], axis=-1
+            )[:, 0]
+        index = loop["index"]
+        outputs = {
+            name: backend.update_slice(
+                buffer, ops.cast(values[name], buffer.dtype)[:, None], index, 1
+            )
+            for name, buffer in loop["outputs"].items()
+        }
+        return {**loop, "outputs": outputs}
 
     def append(self, loop, token, state):
         """Write `token` at `index` (keeping prompt tokens) and advance."""

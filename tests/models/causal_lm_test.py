@@ -155,11 +155,11 @@ def test_cold_samplers_equal_greedy(gpt2_lm, sampler):
 
 def test_override_generate_step_is_used(gpt2_backbone):
     class ConstantLM(GPT2CausalLM):
-        def generate_step(self, inputs, prefill_length):
-            return ops.ones_like(inputs["token_ids"]) * 3
+        def generate_step(self, inputs, prefill_length, outputs=()):
+            return {"token_ids": ops.ones_like(inputs["token_ids"]) * 3}
 
     lm = ConstantLM(gpt2_backbone)
-    assert lm.generate([1, 2], max_new_tokens=2, stop_token_ids=None) == [3, 3, 3, 3]
+    assert lm.generate([1, 2], max_new_tokens=2, stop_token_ids=None) == [1, 2, 3, 3]
 
 
 def test_override_make_generate_function_is_used(gpt2_backbone):

@@ -1,0 +1,85 @@
+"""The record that `generate(return_dict=True)` returns and `stream` yields."""
+
+import dataclasses
+
+import numpy as np
+
+# Per-step arrays a caller can ask for: `output_<name>=True`.
+STEP_OUTPUTS = ("log_probs", "scores", "logits", "hidden_states")
+
+
+@dataclasses.dataclass
+class GenerationOutput:
+    """New tokens, text and per-step outputs, one entry per row of a batch.
+
+    A stream yields one `GenerationOutput` per chunk, holding what each row
+    produced since the previous chunk; `generate(..., return_dict=True)`
+    returns one for the whole run. Joining the chunks of a stream with
+    `GenerationOutput.join` gives the record `generate` returns, field by
+    field.
+
+    Attributes:
+        token_ids: list (rows) of lists of new token ids.
+        text: list of new text per row, or `None` without a tokenizer.
+        finish_reasons: list with, per row, `None` while the row runs, else
+            why it ended: `"stop"` (a stop token or sequence), `"length"`
+            (`max_length` / `max_new_tokens`) or `"time"` (`max_time`).
+        log_probs: per row, a `(new,)` float32 array of the log-probability
+            of each chosen token under the scores the sampler saw; `None`
+            unless requested.
+        scores: per row, `(new, vocab)` logits after processors and
+            temperature; `None` unless requested.
+        logits: per row, `(new, vocab)` raw model logits; `None` unless
+            requested.
+        hidden_states: per row, `(new, hidden)` final hidden states; `None`
+            unless requested.
+        sequences: in the final record only, per row the prompt followed by
+            the new tokens.
+        sequence_scores: beam search only: the length-normalised score of
+            each returned sequence.
+    """
+
+    token_ids: list
+    text: list = None
+    finish_reasons: list = None
+    log_probs: list = None
+    scores: list = None
+    logits: list = None
+    hidden_states: list = None
+    sequences: list = None
+    sequence_scores: list = None
+
+    @property
+    def finished(self):
+        """Per row, whether the row has ended."""
+        return [reason is not None for reason in self.finish_reasons]
+
+    @classmethod
+    def join(cls, chunks):
+        """The record of a whole stream: chunks concatenated row by row."""
+        chunks = list(chunks)
+        if not chunks:
+            raise ValueError("`chunks` is empty: nothing to join.")
+        first, last = chunks[0], chunks[-1]
+        rows = range(len(first.token_ids))
+        joined = {
+            "token_ids": [sum((c.token_ids[r] for c in chunks), []) for r in rows],
+            "finish_reasons": [
+                next(
+                    (c.finish_reasons[r] for c in reversed(chunks) if c.finish_reasons[r]),
+                    None,
+                )
+                for r in rows
+            ],
+            "sequences": last.sequences,
+            "sequence_scores": last.sequence_scores,
+        }
+        if first.text is not None:
+            joined["text"] = ["".join(c.text[r] for c in chunks) for r in rows]
+        for name in STEP_OUTPUTS:
+            if getattr(first, name) is not None:
+                joined[name] = [
+                    np.concatenate([getattr(c, name)[r] for c in chunks])
+                    for r in rows
+                ]
+        return cls(**joined)

@@ -310,11 +310,15 @@ class CausalLM(keras.Model):
         return self._stream(request, None, max_time, stream_chunk_size)
 
     def _stream(self, request, streamer, max_time, chunk_size):
-        chunk_size = check_count(
-            "stream_chunk_size", chunk_size or self.stream_chunk_size
-        )
+        # Arguments are checked here, at the call, not at the first chunk.
+        if chunk_size is None:
+            chunk_size = self.stream_chunk_size
+        chunk_size = check_count("stream_chunk_size", chunk_size)
         if max_time is not None:
             max_time = check_positive("max_time", max_time)
+        return self._chunks(request, streamer, max_time, chunk_size)
+
+    def _chunks(self, request, streamer, max_time, chunk_size):
         started = time.monotonic()
         start, advance = self.make_stream_functions()
         try:

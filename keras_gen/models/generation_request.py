@@ -122,7 +122,7 @@ class GenerationRequest:
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
                 continue
-            stop = min(index, end)
+            stop = max(start, min(index, end))
             for position in range(start, stop):
                 if row[position] in self.stop_token_ids:
                     stop = position + 1

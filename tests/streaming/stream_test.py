@@ -1,0 +1,146 @@
+"""`lm.stream`: the joined stream equals `generate`, field by field."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_gen import samplers
+from keras_gen.models import GPT2CausalLM
+from keras_gen.streaming import GenerationOutput
+from tests.conftest import tiny_gpt2_backbone
+from tests.streaming.fake_tokenizer import ByteTokenizer
+
+PROMPTS = [[5, 9, 2, 33, 61], [7], [1, 2, 3]]
+RICH = dict(
+    output_scores=True,
+    output_logits=True,
+    output_log_probs=True,
+    output_hidden_states=True,
+)
+
+
+def assert_records_equal(joined, final):
+    assert joined.token_ids == final.token_ids
+    assert joined.finish_reasons == final.finish_reasons
+    assert joined.text == final.text
+    for name in ("log_probs", "scores", "logits", "hidden_states"):
+        left, right = getattr(joined, name), getattr(final, name)
+        assert (left is None) == (right is None), name
+        for a, b in zip(left or [], right or []):
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    ["greedy", samplers.TopKSampler(k=5), samplers.TopPSampler(p=0.8)],
+)
+@pytest.mark.parametrize("rich", [False, True])
+def test_joined_stream_equals_generate(gpt2_lm, sampler, rich):
+    gpt2_lm.compile(sampler=sampler)
+    kwargs = dict(max_new_tokens=11, seed=4, **(RICH if rich else {}))
+    final = gpt2_lm.generate(PROMPTS, return_dict=True, **kwargs)
+    chunks = list(gpt2_lm.stream(PROMPTS, stream_chunk_size=3, **kwargs))
+    assert len(chunks) >= 4
+    assert_records_equal(GenerationOutput.join(chunks), final)
+    assert final.sequences == [p + t for p, t in zip(PROMPTS, final.token_ids)]
+
+
+def test_rows_finish_with_their_reason(gpt2_lm):
+    free = gpt2_lm.generate(PROMPTS, max_new_tokens=10, strip_prompt=True)
+    stop = free[0][2]
+    final = gpt2_lm.generate(
+        PROMPTS, max_new_tokens=10, stop_token_ids=[stop], return_dict=True
+    )
+    assert final.finish_reasons[0] == "stop"
+    for tokens, reason in zip(final.token_ids, final.finish_reasons):
+        assert reason == ("stop" if stop in tokens else "length")
+    finished_at = {}
+    for number, chunk in enumerate(gpt2_lm.stream(PROMPTS, max_new_tokens=10, stop_token_ids=[stop])):
+        for row, reason in enumerate(chunk.finish_reasons):
+            finished_at.setdefault(row, number if reason else None)
+            if reason is None:
+                finished_at.pop(row)
+    assert set(finished_at) == {0, 1, 2}
+
+
+def test_log_probs_are_log_softmax_of_logits_at_the_chosen_tokens(gpt2_lm):
+    final = gpt2_lm.generate(
+        PROMPTS, max_new_tokens=6, return_dict=True,
+        output_logits=True, output_log_probs=True, output_scores=True,
+    )
+    for tokens, logits, scores, log_probs in zip(
+        final.token_ids, final.logits, final.scores, final.log_probs
+    ):
+        np.testing.assert_allclose(scores, logits, atol=1e-6)
+        shifted = logits - logits.max(-1, keepdims=True)
+        expected = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        np.testing.assert_allclose(
+            log_probs, expected[np.arange(len(tokens)), tokens], atol=1e-5
+        )
+        assert (np.argmax(logits, -1) == tokens).all()  # greedy
+
+
+def test_hidden_states_are_the_final_hidden_states(gpt2_lm):
+    final = gpt2_lm.generate(
+        [[5, 9, 2]], max_new_tokens=4, return_dict=True, output_hidden_states=True
+    )
+    sequence = final.sequences[0]
+    hidden = ops.convert_to_numpy(gpt2_lm.backbone(np.array([sequence])))[0]
+    # The state that produced new token t is the one at position t - 1.
+    np.testing.assert_allclose(
+        final.hidden_states[0], hidden[2:-1], atol=1e-4
+    )
+
+
+def test_stream_does_not_recompile_as_it_advances(gpt2_lm, traces):
+    list(gpt2_lm.stream(PROMPTS, max_new_tokens=20, stream_chunk_size=2))
+    first = traces()
+    list(gpt2_lm.stream([[1, 2], [3, 4, 5, 6], [9]], max_new_tokens=15, stream_chunk_size=3))
+    assert traces() == first
+
+
+def test_breaking_out_early_stops(gpt2_lm):
+    stream = gpt2_lm.stream(PROMPTS, max_new_tokens=40, stream_chunk_size=2)
+    first = next(stream)
+    assert all(len(t) <= 2 for t in first.token_ids)
+    stream.close()  # what `break` does; the generator's cleanup runs
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+def test_max_time_ends_running_rows_with_reason_time(gpt2_lm):
+    final = gpt2_lm.generate(
+        PROMPTS, max_new_tokens=60, max_time=1e-9, return_dict=True,
+        stream_chunk_size=2,
+    )
+    assert final.finish_reasons == ["time"] * 3
+    assert all(len(t) <= 2 for t in final.token_ids)
+
+
+def test_text_streams_whole_characters():
+    backbone = tiny_gpt2_backbone(vocabulary_size=256, max_sequence_length=64)
+    lm = GPT2CausalLM(backbone, tokenizer=ByteTokenizer())
+    lm.compile(sampler="random")
+    prompts = ["héllo 😀", "ça"]
+    chunks = list(lm.stream(prompts, max_new_tokens=24, seed=1, stream_chunk_size=1))
+    final = lm.generate(prompts, max_new_tokens=24, seed=1, return_dict=True)
+    joined = GenerationOutput.join(chunks)
+    assert joined.text == final.text
+    for row, tokens in enumerate(final.token_ids):
+        assert final.text[row] == ByteTokenizer().decode(tokens)
+    # Random bytes are often invalid UTF-8, which decodes to U+FFFD for
+    # good; but a running row never ends a chunk on an unfinished character.
+    for chunk in chunks:
+        for text, reason in zip(chunk.text, chunk.finish_reasons):
+            assert reason is not None or not text.endswith("\ufffd")
+    texts = lm.generate(prompts, max_new_tokens=24, seed=1)
+    assert texts == [p + t for p, t in zip(prompts, final.text)]
+
+
+def test_bad_stream_arguments(gpt2_lm):
+    with pytest.raises(ValueError, match="stream_chunk_size"):
+        next(gpt2_lm.stream([1, 2], max_new_tokens=3, stream_chunk_size=0))
+    with pytest.raises(ValueError, match="max_time"):
+        gpt2_lm.generate([1, 2], max_new_tokens=3, max_time=-1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        gpt2_lm.stream([1, 2])  # checked at the call, not at iteration

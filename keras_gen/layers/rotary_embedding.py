@@ -102,13 +102,15 @@ class RotaryEmbedding(keras.layers.Layer):
                     f"Received: {self.scaling}"
                 )
             frequencies = function(frequencies, *(self.scaling[k] for k in keys))
-        # A constant, not a weight: nothing to load or train.
-        self.inverse_frequencies = frequencies
+        # A constant, not a weight: nothing to load or train. Kept as Python
+        # floats (exact float32 values) so every backend's compiler reads it
+        # as a constant; torch.compile cannot trace a numpy array.
+        self.inverse_frequencies = tuple(float(f) for f in frequencies)
 
     def call(self, x, index=0):
         length = ops.shape(x)[2]
         positions = ops.cast(index + ops.arange(length, dtype="int32"), "float32")
-        frequencies = ops.convert_to_tensor(self.inverse_frequencies, "float32")
+        frequencies = ops.convert_to_tensor(list(self.inverse_frequencies), "float32")
         angles = positions[:, None] * frequencies[None, :]  # (length, head_dim/2)
         angles = ops.concatenate([angles, angles], axis=-1)
         cos = ops.cast(ops.cos(angles), x.dtype)

@@ -227,7 +227,7 @@ def load_tokenizer(path):
         warnings.warn(
             f"{error} The model loads without a tokenizer: `generate` takes "
             "token ids, not text.",
-            stacklevel=3,
+            stacklevel=4,
         )
         return None
 

@@ -116,7 +116,7 @@ def resolve_dtype(dtype, config):
 
 
 def _weight_files(path):
-    """`{file: None}` for one file, or the shard of every weight name."""
+    """The safetensors file names of a folder: the index's shards, or all."""
     index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
     if os.path.isfile(index_file):
         weight_map = read_json(index_file).get("weight_map")
@@ -276,6 +276,19 @@ def _to_numpy(variable):
     return np.asarray(array).astype(NUMPY_DTYPES.get(dtype, dtype), copy=False)
 
 
+def _remove_old_shards(path):
+    # A sharded checkpoint saved here before would win over the new single
+    # file when the folder is loaded again.
+    index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
+    if not os.path.isfile(index_file):
+        return
+    for file_name in set(read_json(index_file).get("weight_map", {}).values()):
+        shard = os.path.join(path, os.path.basename(file_name))
+        if os.path.isfile(shard):
+            os.remove(shard)
+    os.remove(index_file)
+
+
 def save_causal_lm(causal_lm, path):
     """Write a `CausalLM` as a Hugging Face model folder (safetensors)."""
     path = os.fspath(path)
@@ -299,6 +312,7 @@ def save_causal_lm(causal_lm, path):
         array = _to_numpy(variable)
         weights[name] = np.ascontiguousarray(array.T if transpose else array)
     os.makedirs(path, exist_ok=True)
+    _remove_old_shards(path)
     with open(os.path.join(path, CONFIG_FILE), "w") as f:
         json.dump(config, f, indent=2)
     with open(os.path.join(path, GENERATION_CONFIG_FILE), "w") as f:

@@ -118,6 +118,7 @@ def test_no_weights_at_all(copy):
         CausalLM.from_pretrained(copy)
 
 
+@pytest.mark.filterwarnings("ignore:No tokenizer.json")
 def test_sharded_checkpoint_loads(llama, tmp_path):
     model, folder = llama
     model.save_pretrained(tmp_path, max_shard_size="20KB")
@@ -180,6 +181,7 @@ def test_dtype_is_honoured(llama, dtype):
     assert np.abs(logits - reference).max() < 0.1 * np.abs(reference).max()
 
 
+@pytest.mark.filterwarnings("ignore:No tokenizer.json")
 def test_dtype_defaults_to_the_checkpoint_dtype(llama, tmp_path):
     model, _ = llama
     model.to(hf_models.torch.bfloat16).save_pretrained(tmp_path)
@@ -218,3 +220,16 @@ def test_save_pretrained_writes_the_tokenizer_and_generation_config(llama, tmp_p
 def test_architecture_registry_has_no_gaps():
     for name in checkpoint.MODEL_TYPES.values():
         assert name in checkpoint.ARCHITECTURES
+
+
+@pytest.mark.filterwarnings("ignore:No tokenizer.json")
+def test_save_over_a_sharded_folder_replaces_the_shards(llama, tmp_path):
+    model, folder = llama
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    lm = CausalLM.from_pretrained(folder)
+    lm.save_pretrained(tmp_path)
+    assert not (tmp_path / "model.safetensors.index.json").exists()
+    assert [p.name for p in tmp_path.glob("*.safetensors")] == ["model.safetensors"]
+    np.testing.assert_allclose(
+        _logits(CausalLM.from_pretrained(tmp_path)), _logits(lm), atol=1e-6
+    )

@@ -167,6 +167,11 @@ def config_from_backbone(backbone):
         config["layer_types"] = [
             "sliding_attention" if w else "full_attention" for w in windowed
         ]
+        # transformers 4.x has no `layer_types`: it windows the layers from
+        # `max_window_layers` on.
+        first = windowed.index(True) if any(windowed) else len(windowed)
+        if all(windowed[first:]):
+            config["max_window_layers"] = first
     return config
 
 

@@ -49,6 +49,7 @@ def test_save_pretrained_round_trips_through_transformers(model_folder, tmp_path
     )
 
 
+@pytest.mark.filterwarnings("ignore:No tokenizer.json")
 @parametrize
 def test_weight_names_without_the_transformer_prefix_load(model_folder, tmp_path):
     # The original OpenAI upload names weights `h.0.attn...`, not

@@ -114,3 +114,11 @@ def test_save_picks_the_architecture_that_expresses_the_backbone():
     odd = LlamaBackbone(**tiny, sliding_window=8, sliding_window_layers=[1])
     with pytest.raises(ValueError, match="No Hugging Face architecture"):
         llama_checkpoint.config_from_backbone(odd)
+
+
+def test_qwen2_window_layers_are_written_for_transformers_4_too():
+    qwen2 = hf_models.make_model("qwen2").config.to_dict()
+    backbone = llama_checkpoint.backbone_from_config(qwen2, "Qwen2ForCausalLM")
+    config = llama_checkpoint.config_from_backbone(backbone)
+    assert config["layer_types"] == ["full_attention", "sliding_attention"]
+    assert config["max_window_layers"] == 1 and config["use_sliding_window"]

@@ -31,7 +31,9 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 # Weight formats that unpickle (run code) or that keras-gen cannot read.
-OTHER_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack")
+OTHER_WEIGHT_PATTERNS = (
+    "*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack"
+)
 
 # `config.json`'s `architectures` entry -> the converter for it.
 ARCHITECTURES = {
@@ -122,7 +124,13 @@ def _weight_files(path):
         weight_map = read_json(index_file).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ValueError(f"{index_file} has no 'weight_map'.")
-        return sorted(set(weight_map.values()))
+        files = sorted(set(weight_map.values()))
+        outside = [f for f in files if os.path.basename(f) != f]
+        if outside:
+            raise ValueError(
+                f"{index_file} lists shards outside the folder: {outside[:3]}"
+            )
+        return files
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     if files:
         return [os.path.basename(f) for f in files]
@@ -144,8 +152,9 @@ def _weight_files(path):
 class WeightReader:
     """Reads named arrays from a folder's safetensors files, memory-mapped.
 
-    Use as a context manager. `load(variable, name, transform)` copies one
-    weight into a Keras variable after checking its shape.
+    Use as a context manager. `load(variable, name, transpose)` copies one
+    weight into a Keras variable after checking its shape; the arrays stay
+    in the mapped files until then.
     """
 
     def __init__(self, path):

@@ -84,9 +84,8 @@ def test_wrong_shape_is_named(copy):
         weights["model.layers.0.self_attn.k_proj.weight"] = np.zeros((4, 32), "float32")
 
     _rewrite_weights(copy, shrink)
-    with pytest.raises(
-        ValueError, match=r"'model.layers.0.self_attn.k_proj.weight' has shape \(4, 32\).*\(16, 32\)"
-    ):
+    name = r"'model.layers.0.self_attn.k_proj.weight'"
+    with pytest.raises(ValueError, match=name + r" has shape \(4, 32\).*\(16, 32\)"):
         CausalLM.from_pretrained(copy)
 
 
@@ -211,7 +210,8 @@ def test_save_pretrained_writes_the_tokenizer_and_generation_config(llama, tmp_p
     generation = json.loads((tmp_path / "generation_config.json").read_text())
     assert generation["eos_token_id"] == [hf_models.EOS, hf_models.EXTRA_EOS]
     hf_tokenizer = hf_models.transformers.AutoTokenizer.from_pretrained(tmp_path)
-    assert hf_tokenizer("hello world")["input_ids"] == lm.tokenizer.encode("hello world")
+    text = "hello world"
+    assert hf_tokenizer(text)["input_ids"] == lm.tokenizer.encode(text)
     assert CausalLM.from_pretrained(tmp_path).tokenizer.eos_token_ids == (
         lm.tokenizer.eos_token_ids
     )
@@ -233,3 +233,10 @@ def test_save_over_a_sharded_folder_replaces_the_shards(llama, tmp_path):
     np.testing.assert_allclose(
         _logits(CausalLM.from_pretrained(tmp_path)), _logits(lm), atol=1e-6
     )
+
+
+def test_index_cannot_point_outside_the_folder(copy):
+    index = {"weight_map": {"model.norm.weight": "../elsewhere.safetensors"}}
+    (copy / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="outside the folder"):
+        CausalLM.from_pretrained(copy)

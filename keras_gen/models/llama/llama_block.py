@@ -5,7 +5,6 @@ from keras import ops
 
 from keras_gen.layers.cached_attention import CachedAttention
 from keras_gen.layers.rms_normalization import RMSNormalization
-from keras_gen.layers.rotary_embedding import RotaryEmbedding
 
 
 class LlamaBlock(keras.layers.Layer):

@@ -104,7 +104,10 @@ def test_save_picks_the_architecture_that_expresses_the_backbone():
     )
     cases = [
         ({}, "LlamaForCausalLM"),
-        ({"query_key_value_bias": True, "attention_output_bias": True}, "LlamaForCausalLM"),
+        (
+            {"query_key_value_bias": True, "attention_output_bias": True},
+            "LlamaForCausalLM",
+        ),
         ({"query_key_value_bias": True}, "Qwen2ForCausalLM"),
         ({"sliding_window": 8}, "MistralForCausalLM"),
     ]

@@ -2,8 +2,12 @@
 
 from keras_gen import models
 from keras_gen import samplers
+from keras_gen import tokenizers
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2Backbone
 from keras_gen.models import GPT2CausalLM
+from keras_gen.models import LlamaBackbone
+from keras_gen.models import LlamaCausalLM
+from keras_gen.tokenizers import Tokenizer
 
 __version__ = "0.1.0"

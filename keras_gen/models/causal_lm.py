@@ -348,6 +348,40 @@ class CausalLM(keras.Model):
             if streamer is not None:
                 streamer.end()
 
+    @classmethod
+    def from_pretrained(cls, path, dtype=None):
+        """Load a model and its tokenizer from a local Hugging Face folder.
+
+        The folder holds `config.json`, `*.safetensors` weights (one file or
+        shards with an index) and, optionally, `tokenizer.json`,
+        `tokenizer_config.json` and `generation_config.json`. Supported:
+        GPT-2, Llama, Mistral and Qwen2. Nothing is downloaded, and pickle
+        (`.bin`) weights are refused. Without a tokenizer file the model
+        still loads and takes token ids.
+
+        Args:
+            path: the model folder.
+            dtype: `None` (the checkpoint's own dtype), `"float32"`,
+                `"bfloat16"` or `"float16"`.
+
+        Examples:
+        >>> lm = CausalLM.from_pretrained("path/to/model")  # doctest: +SKIP
+        >>> lm.generate("The sky is", max_new_tokens=8)  # doctest: +SKIP
+        """
+        from keras_gen.models import checkpoint
+
+        causal_lm_class = None if cls is CausalLM else cls
+        return checkpoint.load_causal_lm(path, dtype, causal_lm_class)
+
+    def save_pretrained(self, path):
+        """Write the model (and tokenizer) as a Hugging Face folder.
+
+        `transformers.AutoModelForCausalLM.from_pretrained(path)` loads it.
+        """
+        from keras_gen.models import checkpoint
+
+        checkpoint.save_causal_lm(self, path)
+
     def get_config(self):
         return {
             **super().get_config(),

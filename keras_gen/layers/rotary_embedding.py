@@ -1,0 +1,131 @@
+"""Rotary position embedding (RoPE) with Llama 3 and linear scaling."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+
+def _llama3_frequencies(inverse_frequencies, factor, low_freq_factor,
+                        high_freq_factor, original_max_position_embeddings):
+    # Long wavelengths are slowed down by `factor`, short ones kept, and the
+    # band between the two interpolated smoothly (Llama 3.1).
+    wavelengths = 2 * math.pi / inverse_frequencies
+    low_freq_wavelength = original_max_position_embeddings / low_freq_factor
+    high_freq_wavelength = original_max_position_embeddings / high_freq_factor
+    scaled = np.where(
+        wavelengths > low_freq_wavelength,
+        inverse_frequencies / factor,
+        inverse_frequencies,
+    )
+    smooth = (original_max_position_embeddings / wavelengths - low_freq_factor) / (
+        high_freq_factor - low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelengths >= high_freq_wavelength) & (
+        wavelengths <= low_freq_wavelength
+    )
+    return np.where(medium, smoothed, scaled).astype("float32")
+
+
+def _linear_frequencies(inverse_frequencies, factor):
+    return (inverse_frequencies / factor).astype("float32")
+
+
+# `rope_scaling["rope_type"]` -> (function of the base frequencies, the
+# scaling keys it takes). `None` is plain RoPE.
+SCALINGS = {
+    "linear": (_linear_frequencies, ("factor",)),
+    "llama3": (
+        _llama3_frequencies,
+        (
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ),
+    ),
+}
+
+
+class RotaryEmbedding(keras.layers.Layer):
+    """Rotate query or key vectors by angles proportional to their position.
+
+    The head dimension is split in two halves that form the real and
+    imaginary parts of `head_dim // 2` complex numbers (the Hugging Face
+    "rotate half" layout). Angles are computed in float32 and the rotation
+    applied in the compute dtype.
+
+    Args:
+        head_dim: int, the (even) size of each head.
+        max_wavelength: float, the RoPE base (`rope_theta`).
+        scaling: `None` or a dict with a `"rope_type"` of `"linear"` (key
+            `factor`) or `"llama3"` (keys `factor`, `low_freq_factor`,
+            `high_freq_factor`, `original_max_position_embeddings`).
+
+    Call arguments:
+        x: `(batch, heads, length, head_dim)`.
+        index: scalar int tensor, the position of `x`'s first token.
+
+    Examples:
+    >>> rope = RotaryEmbedding(head_dim=8)
+    >>> keras.ops.shape(rope(keras.ops.ones((1, 2, 3, 8)), index=0))
+    (1, 2, 3, 8)
+    """
+
+    def __init__(self, head_dim, max_wavelength=10000.0, scaling=None, **kwargs):
+        super().__init__(**kwargs)
+        if head_dim % 2:
+            raise ValueError(
+                f"`head_dim` must be even for rotary embeddings. Received: {head_dim}"
+            )
+        self.head_dim = head_dim
+        self.max_wavelength = max_wavelength
+        self.scaling = None if scaling is None else dict(scaling)
+        exponents = np.arange(0, head_dim, 2, dtype="float32") / np.float32(head_dim)
+        frequencies = (1.0 / (np.float32(max_wavelength) ** exponents)).astype(
+            "float32"
+        )
+        if self.scaling is not None:
+            rope_type = self.scaling.get("rope_type")
+            if rope_type not in SCALINGS:
+                raise ValueError(
+                    "`scaling['rope_type']` must be one of "
+                    f"{sorted(SCALINGS)}. Received: {self.scaling}"
+                )
+            function, keys = SCALINGS[rope_type]
+            missing = [key for key in keys if key not in self.scaling]
+            if missing:
+                raise ValueError(
+                    f"`scaling` of type {rope_type!r} needs the keys {missing}. "
+                    f"Received: {self.scaling}"
+                )
+            frequencies = function(frequencies, *(self.scaling[k] for k in keys))
+        # A constant, not a weight: nothing to load or train. Kept as Python
+        # floats (exact float32 values) so every backend's compiler reads it
+        # as a constant; torch.compile cannot trace a numpy array.
+        self.inverse_frequencies = tuple(float(f) for f in frequencies)
+
+    def call(self, x, index=0):
+        length = ops.shape(x)[2]
+        positions = ops.cast(index + ops.arange(length, dtype="int32"), "float32")
+        frequencies = ops.convert_to_tensor(list(self.inverse_frequencies), "float32")
+        angles = positions[:, None] * frequencies[None, :]  # (length, head_dim/2)
+        angles = ops.concatenate([angles, angles], axis=-1)
+        cos = ops.cast(ops.cos(angles), x.dtype)
+        sin = ops.cast(ops.sin(angles), x.dtype)
+        first, second = ops.split(x, 2, axis=-1)
+        rotated = ops.concatenate([-second, first], axis=-1)
+        return x * cos + rotated * sin
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "head_dim": self.head_dim,
+                "max_wavelength": self.max_wavelength,
+                "scaling": self.scaling,
+            }
+        )
+        return config

@@ -1,0 +1,333 @@
+"""Load and save Hugging Face style model folders.
+
+A folder holds `config.json`, the weights as `model.safetensors` (or shards
+listed in `model.safetensors.index.json`), and optionally the tokenizer
+(`tokenizer.json`, `tokenizer_config.json`) and `generation_config.json`.
+This module reads the folder and picks a converter from the architecture
+registry; each converter (`gpt2_checkpoint`, `llama_checkpoint`) maps one
+family's config and weight names onto a keras-gen backbone and back.
+Nothing is downloaded, and no pickle file is ever opened.
+"""
+
+import glob
+import json
+import os
+import warnings
+
+import keras
+import ml_dtypes
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from keras_gen.models.gpt2 import gpt2_checkpoint
+from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
+from keras_gen.models.llama import llama_checkpoint
+from keras_gen.models.llama.llama_backbone import LlamaBackbone
+from keras_gen.tokenizers.tokenizer import Tokenizer
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+# Weight formats that unpickle (run code) or that keras-gen cannot read.
+OTHER_WEIGHT_PATTERNS = (
+    "*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack"
+)
+
+# `config.json`'s `architectures` entry -> the converter for it.
+ARCHITECTURES = {
+    "GPT2LMHeadModel": gpt2_checkpoint,
+    "LlamaForCausalLM": llama_checkpoint,
+    "MistralForCausalLM": llama_checkpoint,
+    "Qwen2ForCausalLM": llama_checkpoint,
+}
+# `model_type`, for configs without `architectures`.
+MODEL_TYPES = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
+# Backbone class -> the converter that writes it back.
+BACKBONES = {
+    GPT2Backbone: gpt2_checkpoint,
+    LlamaBackbone: llama_checkpoint,
+}
+DTYPES = ("float32", "bfloat16", "float16")
+NUMPY_DTYPES = {
+    "float32": np.float32,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float16": np.float16,
+}
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+
+
+def read_config(path):
+    """The `config.json` of a model folder, with clear errors."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"`path` must be a local model folder; {path!r} does not exist "
+            "or is not a folder. keras-gen never downloads models."
+        )
+    config_file = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        raise FileNotFoundError(
+            f"No {CONFIG_FILE} in {path!r}: a Hugging Face model folder "
+            "needs one to say which architecture it holds."
+        )
+    config = read_json(config_file)
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file} must hold a JSON object.")
+    return config
+
+
+def architecture(config):
+    """The supported architecture a config names, or a ValueError."""
+    names = list(config.get("architectures") or [])
+    for name in names:
+        if name in ARCHITECTURES:
+            return name
+    model_type = config.get("model_type")
+    if not names and model_type in MODEL_TYPES:
+        return MODEL_TYPES[model_type]
+    raise ValueError(
+        f"Unsupported architecture {names or model_type!r}. keras-gen loads "
+        f"{', '.join(sorted(ARCHITECTURES))}."
+    )
+
+
+def resolve_dtype(dtype, config):
+    """`dtype`, or the checkpoint's own dtype when it is `None`."""
+    if dtype is None:
+        saved = config.get("dtype") or config.get("torch_dtype")
+        return saved if saved in DTYPES else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(
+            f"`dtype` must be None or one of {list(DTYPES)}. Received: {dtype!r}"
+        )
+    return dtype
+
+
+def _weight_files(path):
+    """The safetensors file names of a folder: the index's shards, or all."""
+    index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
+    if os.path.isfile(index_file):
+        weight_map = read_json(index_file).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index_file} has no 'weight_map'.")
+        files = sorted(set(weight_map.values()))
+        outside = [f for f in files if os.path.basename(f) != f]
+        if outside:
+            raise ValueError(
+                f"{index_file} lists shards outside the folder: {outside[:3]}"
+            )
+        return files
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if files:
+        return [os.path.basename(f) for f in files]
+    others = sorted(
+        os.path.basename(f)
+        for pattern in OTHER_WEIGHT_PATTERNS
+        for f in glob.glob(os.path.join(path, pattern))
+    )
+    if others:
+        raise ValueError(
+            f"{path!r} holds weights as {others}, not safetensors. keras-gen "
+            "loads only safetensors: pickle files (.bin, .pt) can run code "
+            "when opened. Convert them once with transformers: "
+            "`AutoModelForCausalLM.from_pretrained(path).save_pretrained(path)`."
+        )
+    raise FileNotFoundError(f"No *.safetensors weights in {path!r}.")
+
+
+class WeightReader:
+    """Reads named arrays from a folder's safetensors files, memory-mapped.
+
+    Use as a context manager. `load(variable, name, transpose)` copies one
+    weight into a Keras variable after checking its shape; the arrays stay
+    in the mapped files until then.
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.handles = {}
+        self.names = {}
+        for file_name in _weight_files(self.path):
+            file_path = os.path.join(self.path, file_name)
+            if not os.path.isfile(file_path):
+                raise FileNotFoundError(
+                    f"{WEIGHTS_INDEX_FILE} lists {file_name}, which is not in "
+                    f"{self.path!r}."
+                )
+            handle = self._open(file_path)
+            self.handles[file_path] = handle
+            for name in handle.keys():
+                self.names[name] = file_path
+
+    def _open(self, file_path):
+        try:
+            return safetensors.safe_open(file_path, framework="numpy")
+        except (safetensors.SafetensorError, OSError) as error:
+            raise ValueError(
+                f"{file_path} is not a readable safetensors file (truncated or "
+                f"corrupt?): {error}"
+            ) from error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.handles.clear()
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def get(self, name):
+        if name not in self.names:
+            raise ValueError(
+                f"The checkpoint in {self.path!r} has no weight {name!r}."
+            )
+        file_path = self.names[name]
+        try:
+            return self.handles[file_path].get_tensor(name)
+        except (safetensors.SafetensorError, OSError, ValueError) as error:
+            raise ValueError(
+                f"Could not read weight {name!r} from {file_path} (truncated "
+                f"or corrupt?): {error}"
+            ) from error
+
+    def load(self, variable, name, transpose=False):
+        """Copy weight `name` (transposed for a `Dense` kernel) into `variable`."""
+        array = self.get(name)
+        expected = tuple(variable.shape)[::-1] if transpose else tuple(variable.shape)
+        if tuple(array.shape) != expected:
+            raise ValueError(
+                f"Weight {name!r} has shape {tuple(array.shape)}, but the model "
+                f"built from {CONFIG_FILE} needs {expected} (for {variable.path})."
+            )
+        if transpose:
+            array = np.transpose(array)
+        dtype = keras.backend.standardize_dtype(variable.dtype)
+        # Every backend casts float32 numpy to bfloat16 itself; not all of
+        # them accept ml_dtypes' bfloat16 arrays.
+        target = np.float32 if dtype == "bfloat16" else NUMPY_DTYPES.get(dtype, dtype)
+        variable.assign(np.asarray(array).astype(target, copy=False))
+
+    def load_all(self, weight_map):
+        """Load every `(name, variable, transpose)` of a converter's map."""
+        for name, variable, transpose in weight_map:
+            self.load(variable, name, transpose)
+
+
+def load_tokenizer(path):
+    """The folder's tokenizer, or `None` (with a warning) when it has none."""
+    try:
+        return Tokenizer.from_pretrained(path)
+    except FileNotFoundError as error:
+        warnings.warn(
+            f"{error} The model loads without a tokenizer: `generate` takes "
+            "token ids, not text.",
+            stacklevel=4,
+        )
+        return None
+
+
+def load_causal_lm(path, dtype=None, causal_lm_class=None):
+    """Build a `CausalLM` from a local Hugging Face model folder.
+
+    Args:
+        path: the folder.
+        dtype: `None` (the checkpoint's dtype, float32 when it names none),
+            `"float32"`, `"bfloat16"` or `"float16"`.
+        causal_lm_class: `None`, or the class `from_pretrained` was called
+            on: the folder's architecture must be that class or a subclass.
+    """
+    config = read_config(path)
+    name = architecture(config)
+    converter = ARCHITECTURES[name]
+    if causal_lm_class is not None and not issubclass(
+        converter.CAUSAL_LM_CLASS, causal_lm_class
+    ):
+        raise ValueError(
+            f"{path!r} holds a {name}, which loads as "
+            f"{converter.CAUSAL_LM_CLASS.__name__}, not "
+            f"{causal_lm_class.__name__}. Use `CausalLM.from_pretrained`."
+        )
+    dtype = resolve_dtype(dtype, config)
+    backbone = converter.backbone_from_config(config, name, dtype=dtype)
+    with WeightReader(path) as reader:
+        converter.load_weights(backbone, reader)
+    return converter.CAUSAL_LM_CLASS(backbone, tokenizer=load_tokenizer(path))
+
+
+def _converter_for(backbone):
+    for cls in type(backbone).__mro__:
+        if cls in BACKBONES:
+            return BACKBONES[cls]
+    raise ValueError(
+        f"`save_pretrained` writes {sorted(c.__name__ for c in BACKBONES)} "
+        f"models; this model's backbone is a {type(backbone).__name__}."
+    )
+
+
+def _to_numpy(variable):
+    dtype = keras.backend.standardize_dtype(variable.dtype)
+    array = keras.ops.convert_to_numpy(variable.value)
+    return np.asarray(array).astype(NUMPY_DTYPES.get(dtype, dtype), copy=False)
+
+
+def _remove_old_shards(path):
+    # A sharded checkpoint saved here before would win over the new single
+    # file when the folder is loaded again.
+    index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
+    if not os.path.isfile(index_file):
+        return
+    for file_name in set(read_json(index_file).get("weight_map", {}).values()):
+        shard = os.path.join(path, os.path.basename(file_name))
+        if os.path.isfile(shard):
+            os.remove(shard)
+    os.remove(index_file)
+
+
+def save_causal_lm(causal_lm, path):
+    """Write a `CausalLM` as a Hugging Face model folder (safetensors)."""
+    path = os.fspath(path)
+    backbone = causal_lm.backbone
+    converter = _converter_for(backbone)
+    config = converter.config_from_backbone(backbone)
+    generation_config = {}
+    tokenizer = causal_lm.tokenizer
+    if tokenizer is not None:
+        for key, value in (
+            ("bos_token_id", getattr(tokenizer, "bos_token_id", None)),
+            ("eos_token_id", getattr(tokenizer, "eos_token_ids", None) or None),
+            ("pad_token_id", getattr(tokenizer, "pad_token_id", None)),
+        ):
+            if isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            config[key] = generation_config[key] = value
+    config["dtype"] = keras.backend.standardize_dtype(backbone.variable_dtype)
+    weights = {}
+    for name, variable, transpose in converter.weight_map(backbone):
+        array = _to_numpy(variable)
+        weights[name] = np.ascontiguousarray(array.T if transpose else array)
+    os.makedirs(path, exist_ok=True)
+    _remove_old_shards(path)
+    with open(os.path.join(path, CONFIG_FILE), "w") as f:
+        json.dump(config, f, indent=2)
+    with open(os.path.join(path, GENERATION_CONFIG_FILE), "w") as f:
+        json.dump(generation_config, f, indent=2)
+    safetensors.numpy.save_file(
+        weights, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"}
+    )
+    if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(path)

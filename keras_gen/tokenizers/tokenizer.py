@@ -1,0 +1,173 @@
+"""A thin wrapper around a Hugging Face `tokenizers` tokenizer."""
+
+import json
+import os
+
+import tokenizers
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# Files that name special token ids, most specific for generation first.
+ID_CONFIG_FILES = ("generation_config.json", "config.json")
+
+
+def _read_json(path):
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+
+
+def _token_content(token):
+    # `tokenizer_config.json` writes a token as a string or as an
+    # `AddedToken` dict with its text under "content".
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def _as_list(ids):
+    if ids is None:
+        return []
+    return [int(i) for i in ids] if isinstance(ids, (list, tuple)) else [int(ids)]
+
+
+class Tokenizer:
+    """Text to token ids and back, with the model's special tokens.
+
+    Wraps a `tokenizers.Tokenizer` (the Rust library behind Hugging Face's
+    fast tokenizers, read from `tokenizer.json`) and knows the special
+    token ids that generation needs: `bos_token_id`, `pad_token_id` and
+    `eos_token_ids` (a list: some models stop on several tokens).
+    `CausalLM.generate` uses `encode`, `decode` and `eos_token_ids`.
+
+    Args:
+        tokenizer: a `tokenizers.Tokenizer`, or the path of a
+            `tokenizer.json` file.
+        bos_token_id: `None` or int.
+        eos_token_ids: `None`, an int or a list of ints.
+        pad_token_id: `None` or int.
+        config: dict, the `tokenizer_config.json` contents to write back
+            on `save_pretrained`.
+
+    Examples:
+    >>> tokenizer = Tokenizer.from_pretrained("path/to/model")  # doctest: +SKIP
+    >>> tokenizer.decode(tokenizer.encode("hello world"))  # doctest: +SKIP
+    'hello world'
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        bos_token_id=None,
+        eos_token_ids=None,
+        pad_token_id=None,
+        config=None,
+    ):
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tokenizer = tokenizers.Tokenizer.from_file(os.fspath(tokenizer))
+        if not isinstance(tokenizer, tokenizers.Tokenizer):
+            raise TypeError(
+                "`tokenizer` must be a `tokenizers.Tokenizer` or the path of "
+                f"a tokenizer.json file. Received: {tokenizer!r}"
+            )
+        self.tokenizer = tokenizer
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = _as_list(eos_token_ids)
+        self.pad_token_id = pad_token_id
+        self.config = dict(config or {})
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """Load `tokenizer.json` and the special tokens from a model folder.
+
+        Special token ids come from `generation_config.json` and
+        `config.json` (`eos_token_id` may be a list there), falling back on
+        the token strings of `tokenizer_config.json`.
+
+        Raises:
+            FileNotFoundError: the folder has no `tokenizer.json`.
+        """
+        path = os.fspath(path)
+        tokenizer_file = os.path.join(path, TOKENIZER_FILE)
+        if not os.path.isfile(tokenizer_file):
+            raise FileNotFoundError(
+                f"No {TOKENIZER_FILE} in {path!r}: keras-gen reads tokenizers "
+                "in the Hugging Face `tokenizers` format only."
+            )
+        try:
+            tokenizer = tokenizers.Tokenizer.from_file(tokenizer_file)
+        except Exception as error:  # the Rust library raises plain Exception
+            raise ValueError(
+                f"{tokenizer_file} is not a valid tokenizer file: {error}"
+            ) from error
+        config = _read_json(os.path.join(path, TOKENIZER_CONFIG_FILE))
+        id_configs = [_read_json(os.path.join(path, f)) for f in ID_CONFIG_FILES]
+
+        def special_id(name):
+            token = _token_content(config.get(f"{name}_token"))
+            if token is not None and tokenizer.token_to_id(token) is not None:
+                return [tokenizer.token_to_id(token)]
+            for id_config in id_configs:
+                if id_config.get(f"{name}_token_id") is not None:
+                    return _as_list(id_config[f"{name}_token_id"])
+            return []
+
+        eos_token_ids = []
+        for id_config in id_configs:
+            eos_token_ids = eos_token_ids or _as_list(id_config.get("eos_token_id"))
+        bos, pad = special_id("bos"), special_id("pad")
+        return cls(
+            tokenizer,
+            bos_token_id=bos[0] if bos else None,
+            eos_token_ids=eos_token_ids or special_id("eos"),
+            pad_token_id=pad[0] if pad else None,
+            config=config,
+        )
+
+    @property
+    def vocabulary_size(self):
+        """Number of token ids, added special tokens included."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_token_id(self):
+        """The first end token id, or `None`."""
+        return self.eos_token_ids[0] if self.eos_token_ids else None
+
+    def encode(self, text, add_special_tokens=True):
+        """Token ids of `text` (a string), with the model's special tokens."""
+        if not isinstance(text, str):
+            raise TypeError(f"`text` must be a string. Received: {text!r}")
+        return self.tokenizer.encode(
+            text, add_special_tokens=add_special_tokens
+        ).ids
+
+    def decode(self, token_ids, skip_special_tokens=True):
+        """The text of a list of token ids."""
+        return self.tokenizer.decode(
+            [int(t) for t in token_ids], skip_special_tokens=skip_special_tokens
+        )
+
+    def token_to_id(self, token):
+        return self.tokenizer.token_to_id(token)
+
+    def id_to_token(self, token_id):
+        return self.tokenizer.id_to_token(int(token_id))
+
+    def save_pretrained(self, path):
+        """Write `tokenizer.json` and `tokenizer_config.json` to a folder."""
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        self.tokenizer.save(os.path.join(path, TOKENIZER_FILE))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.config}
+        for name, token_id in (
+            ("bos", self.bos_token_id),
+            ("eos", self.eos_token_id),
+            ("pad", self.pad_token_id),
+        ):
+            if token_id is not None and self.id_to_token(token_id) is not None:
+                config[f"{name}_token"] = self.id_to_token(token_id)
+        with open(os.path.join(path, TOKENIZER_CONFIG_FILE), "w") as f:
+            json.dump(config, f, indent=2)

@@ -1,0 +1,178 @@
+"""Tiny random Hugging Face model folders, built locally for tests.
+
+Each folder is what `transformers`' `save_pretrained` writes, plus a small
+BPE tokenizer trained here with `tokenizers`. Weights are scaled up from
+transformers' tiny initialisation so that greedy decoding is decided by
+clear margins, not float noise.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a cat sat on the mat and the dog sat on the log",
+    "hello world this is a tiny language model",
+    "we train a small tokenizer for the tests",
+    "text goes in and text comes out",
+] * 4
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+UNK, BOS, EOS, PAD = range(4)
+VOCABULARY_SIZE = 64
+# A second stop token: generation configs may list several end tokens.
+EXTRA_EOS = 9
+
+KINDS = ("gpt2", "llama", "qwen2", "mistral")
+
+
+def train_tokenizer(add_bos=True):
+    """A sentencepiece-style BPE tokenizer with `VOCABULARY_SIZE` tokens."""
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    tokenizer.decoder = tokenizers.decoders.Metaspace()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=VOCABULARY_SIZE, special_tokens=SPECIAL_TOKENS
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    if add_bos:
+        tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", BOS)]
+        )
+    assert tokenizer.get_vocab_size() == VOCABULARY_SIZE
+    return tokenizer
+
+
+def _config(kind):
+    ids = dict(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    if kind == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=VOCABULARY_SIZE, n_embd=32, n_layer=2, n_head=4,
+            n_positions=128, **ids,
+        )
+    common = dict(
+        vocab_size=VOCABULARY_SIZE, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=128, **ids,
+    )
+    if kind == "llama":
+        # Grouped-query attention, untied output, Llama 3 rope scaling.
+        return transformers.LlamaConfig(
+            **common, tie_word_embeddings=False, rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+            },
+        )
+    if kind == "qwen2":
+        # Attention bias, tied output, a sliding window on the second layer.
+        return transformers.Qwen2Config(
+            **common, tie_word_embeddings=True, use_sliding_window=True,
+            sliding_window=4, max_window_layers=1,
+        )
+    if kind == "mistral":
+        return transformers.MistralConfig(
+            **common, tie_word_embeddings=False, sliding_window=4
+        )
+    raise ValueError(kind)
+
+
+def scale_weights(model, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if parameter.ndim == 1 and ("norm" in name or "ln_" in name):
+                if name.endswith("weight"):
+                    parameter.copy_(1.0 + 0.1 * noise)
+                else:
+                    parameter.copy_(0.1 * noise)
+            else:
+                parameter.copy_(0.3 * noise)
+    return model
+
+
+def make_model(kind, seed=0):
+    model = transformers.AutoModelForCausalLM.from_config(_config(kind))
+    scale_weights(model, seed).eval()
+    model.generation_config.eos_token_id = [EOS, EXTRA_EOS]
+    model.generation_config.pad_token_id = PAD
+    return model
+
+
+def save_tokenizer(folder, add_bos=True):
+    train_tokenizer(add_bos).save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+            },
+            f,
+        )
+
+
+def save_model_folder(kind, folder, seed=0, **save_kwargs):
+    """Save a tiny `kind` model and a tokenizer to `folder`; return the model."""
+    model = make_model(kind, seed)
+    model.save_pretrained(folder, **save_kwargs)
+    save_tokenizer(folder, add_bos=kind != "gpt2")
+    return model
+
+
+def logits(model, token_ids):
+    with torch.no_grad():
+        output = model(torch.as_tensor(np.asarray(token_ids)))
+    return output.logits.numpy()
+
+
+def greedy(model, prompts, max_new_tokens=20, stop_token_ids=(EOS, EXTRA_EOS)):
+    """transformers' greedy tokens for ragged prompts, left-padded there.
+
+    Each row is cut after its first generated stop token, as keras-gen cuts.
+    """
+    width = max(map(len, prompts))
+    token_ids = np.full((len(prompts), width), PAD, "int64")
+    mask = np.zeros((len(prompts), width), "int64")
+    for i, prompt in enumerate(prompts):
+        token_ids[i, width - len(prompt):] = prompt
+        mask[i, width - len(prompt):] = 1
+    with torch.no_grad():
+        outputs = model.generate(
+            input_ids=torch.as_tensor(token_ids),
+            attention_mask=torch.as_tensor(mask),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=PAD,
+        ).numpy()
+    rows = []
+    for prompt, row in zip(prompts, outputs):
+        new = [int(t) for t in row[width:]]
+        for position, token in enumerate(new):
+            if token in stop_token_ids:
+                new = new[: position + 1]
+                break
+        rows.append(list(prompt) + new)
+    return rows
+
+
+# Prompts of three lengths: every row starts with the tokenizer's <s>.
+RAGGED_PROMPTS = [[BOS, 5, 9, 12, 30], [BOS, 7], [BOS, 20, 21, 22, 23, 24, 25, 26]]
+FULL_BATCH = [[BOS, 5, 9, 12, 30, 40, 22, 7, 13], [BOS, 3, 3, 50, 60, 2, 8, 11, 63]]
+
+
+@pytest.fixture(scope="module")
+def model_folder(request, tmp_path_factory):
+    """`(transformers model, folder)` for the `kind` the test is parametrized with."""
+    kind = request.param
+    folder = tmp_path_factory.mktemp(kind)
+    return save_model_folder(kind, str(folder)), str(folder)

@@ -1,5 +1,6 @@
 """The causal language model task: compile once, generate many times."""
 
+import functools
 import secrets
 
 import keras
@@ -7,8 +8,10 @@ import numpy as np
 from keras import ops
 
 from keras_gen import backend
+from keras_gen import processors as processors_lib
 from keras_gen import samplers
 from keras_gen.models import prompts as prompts_lib
+from keras_gen.models.stop_conditions import StopConditions
 
 # Stop ids enter the program as a fixed-size tensor padded with -1, so a
 # different set of stop ids (up to this many) does not recompile.
@@ -65,6 +68,7 @@ class CausalLM(keras.Model):
         loss="auto",
         *,
         sampler="greedy",
+        processors=None,
         jit_compile=True,
         **kwargs,
     ):
@@ -76,6 +80,10 @@ class CausalLM(keras.Model):
                 categorical cross-entropy on logits.
             sampler: a sampler name (`"greedy"`, `"random"`, `"top_k"`,
                 `"top_p"`, `"min_p"`) or a `keras_gen.samplers.Sampler`.
+            processors: `keras_gen.processors.LogitsProcessor`s (or their
+                names or configs) applied in order to every step's logits
+                before the sampler's temperature; `generate(processors=...)`
+                overrides them for one call.
             jit_compile: bool. `False` runs generation eagerly (debugging).
         """
         if optimizer == "auto":
@@ -84,8 +92,12 @@ class CausalLM(keras.Model):
             loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.sampler = samplers.get(sampler)
+        self.processors = processors_lib.get_list(processors)
         self.generate_jit_compile = jit_compile
         self.generate_function = None
+        # One compiled program per processor chain structure: {key: (the
+        # chain it was traced with, function)}.
+        self.generate_functions = {}
 
     def next(self, prompt, state, index):
         """One decoding step: logits for position `index`.
@@ -99,7 +111,7 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def generate_step(self, inputs, prefill_length):
+    def generate_step(self, inputs, prefill_length, processors=()):
         """Generate for one padded batch; the body of the compiled program.
 
         Args:
@@ -107,9 +119,13 @@ class CausalLM(keras.Model):
                 `(batch, cache_length)`: prompts aligned left. `end`,
                 `(batch,)`: where each row stops at the latest.
                 `stop_token_ids` `(slots,)` (-1 for unused slots), `seed`
-                `(2,)`, and `sampler`: the sampler's tunable numbers.
+                `(2,)`, and `sampler`: the sampler's tunable numbers;
+                `processors`: one dict of tunable numbers per processor;
+                optionally `stop_sequences` (see
+                `keras_gen.samplers.stopping.stop_match`).
             prefill_length: int, how many leading positions hold prompt
                 tokens; the cache is seeded from these only.
+            processors: the logits processors: program structure.
 
         Returns:
             `(batch, cache_length)` token ids.
@@ -124,7 +140,9 @@ class CausalLM(keras.Model):
         # keeps prompt tokens wherever a longer row still has them.
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
         sampler = self.sampler
-        with sampler.bind(inputs["sampler"]):
+        with sampler.bind(inputs["sampler"]), sampler.use_processors(
+            processors, inputs.get("processors")
+        ):
             loop = sampler.start(
                 token_ids,
                 state,
@@ -134,18 +152,29 @@ class CausalLM(keras.Model):
                 hidden_states=hidden_states,
                 end=inputs["end"],
                 seed=inputs["seed"],
+                stop_sequences=inputs.get("stop_sequences"),
             )
             return sampler.finish(sampler.run(self.next, loop))
 
-    def make_generate_function(self):
-        """Build (once) and return the compiled generate function."""
-        if self.generate_function is None:
-            self.generate_function = backend.compile_function(
-                self.generate_step,
+    def make_generate_function(self, processors=None):
+        """Build (once) and return the compiled generate function.
+
+        `processors` (default: those of `compile`) are the program's
+        structure: each chain structure compiles once and is cached until
+        `compile()`. Chains that differ only in tunable numbers share it.
+        """
+        processors = self.processors if processors is None else processors
+        key = processors_lib.structure(processors)
+        if key not in self.generate_functions:
+            # The program keeps the chain it was traced with; later chains of
+            # the same structure bind their numbers onto it as tensors.
+            self.generate_functions[key] = backend.compile_function(
+                functools.partial(self.generate_step, processors=processors),
                 self.variables,
                 jit_compile=self.generate_jit_compile,
                 static_argnames=("prefill_length",),
             )
+        self.generate_function = self.generate_functions[key]
         return self.generate_function
 
     def _stop_token_ids(self, stop_token_ids):
@@ -189,6 +218,10 @@ class CausalLM(keras.Model):
         stop_token_ids="auto",
         strip_prompt=False,
         seed=None,
+        processors=None,
+        stop_sequences=None,
+        stop_strings=None,
+        include_stop_string=False,
     ):
         """Generate text or token ids from one prompt or a batch.
 
@@ -206,6 +239,16 @@ class CausalLM(keras.Model):
                 after emitting one; generation ends when every row has.
             strip_prompt: bool, return only the new tokens.
             seed: int or `None`. The same seed gives the same tokens.
+            processors: logits processors for this call, replacing those of
+                `compile` (`[]` for none).
+            stop_sequences: list of token id lists; a row stops once its
+                tokens end with one (matched in the compiled loop; the
+                sequence may start in the prompt). Output is cut after it.
+            stop_strings: list of strings (needs a tokenizer); a row stops
+                once its text ends with one, however the tokens split it.
+                Output is cut after the token that completes it.
+            include_stop_string: bool. With text output, keep the stop
+                string (and the rest of its last token) in the text.
 
         Examples:
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
@@ -220,6 +263,16 @@ class CausalLM(keras.Model):
         )
         stop_token_ids = self._stop_token_ids(stop_token_ids)
         sampler_parameters = self.sampler.get_parameters()
+        chain = (
+            self.processors
+            if processors is None
+            else processors_lib.get_list(processors)
+        )
+        for processor in chain:
+            processor.check_vocabulary(backbone.vocabulary_size)
+        stopper = StopConditions(
+            stop_sequences, stop_strings, self.tokenizer, backbone.vocabulary_size
+        )
 
         cache_length = prompts_lib.bucket(max(ends), MIN_CACHE_LENGTH, limit)
         prefill_length = min(
@@ -238,8 +291,10 @@ class CausalLM(keras.Model):
                 name: ops.convert_to_tensor(value, "float32")
                 for name, value in sampler_parameters.items()
             },
+            "processors": [p.get_parameter_tensors() for p in chain],
+            **stopper.program_inputs(),
         }
-        generate_function = self.make_generate_function()
+        generate_function = self.make_generate_function(chain)
         with backend.no_grad():
             outputs = generate_function(
                 program_inputs, prefill_length=prefill_length
@@ -247,10 +302,16 @@ class CausalLM(keras.Model):
         rows = prompts_lib.cut(
             ops.convert_to_numpy(outputs), prompts, ends, stop_token_ids
         )
-        return prompts_lib.format_outputs(
+        rows = [stopper.cut(row, len(prompt)) for row, prompt in zip(rows, prompts)]
+        outputs = prompts_lib.format_outputs(
             rows, prompts, form, width or 0, strip_prompt, self.tokenizer,
             stop_token_ids,
         )
+        if form in (prompts_lib.TEXT, prompts_lib.TEXTS) and not include_stop_string:
+            if strip_prompt:
+                rows = [row[len(p) :] for row, p in zip(rows, prompts)]
+            outputs = stopper.strip_text(outputs, rows)
+        return outputs
 
     def get_config(self):
         return {

@@ -11,7 +11,11 @@ from keras_gen.samplers.stopping import suffix_match
 
 
 def check_sequences(name, sequences):
-    if not isinstance(sequences, (list, tuple)) or not sequences:
+    if (
+        not isinstance(sequences, (list, tuple))
+        or not sequences
+        or not all(isinstance(s, (list, tuple)) for s in sequences)
+    ):
         raise ValueError(
             f"`{name}` must be a non-empty list of token id lists. "
             f"Received: {sequences!r}"

@@ -58,7 +58,7 @@ class ForcedEOS(LogitsProcessor):
     def __call__(self, logits, prompt, index, mask, end=None):
         if end is None:
             end = ops.shape(prompt)[1] if self.max_length is None else self.max_length
-        last = ops.broadcast_to(index >= ops.cast(end, "int32") - 1, (ops.shape(logits)[0],))
+        last = ops.broadcast_to(index == ops.cast(end, "int32") - 1, (ops.shape(logits)[0],))
         allowed = vocabulary_mask(self.padded_ids, ops.shape(logits)[-1])
         forced = ops.where(allowed, 0.0, NEG_INF)[None, :]
         return ops.where(last[:, None], forced, logits)

@@ -41,10 +41,17 @@ def compile_function(fn, variables, jit_compile=True, static_argnames=()):
     return call
 
 
+# Every sampler, processor chain and shape bucket adds one graph to the same
+# step code; Dynamo's default limit of 8 graphs per code object is too few
+# for one long-lived model, so the loop raises it while it runs.
+RECOMPILE_LIMIT = 128
+
+
 def while_loop(cond, body, loop_state, jit_compile=True):
     step = _compiled(body) if jit_compile else body
-    while bool(cond(loop_state)):
-        loop_state = step(loop_state)
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        while bool(cond(loop_state)):
+            loop_state = step(loop_state)
     return loop_state
 
 

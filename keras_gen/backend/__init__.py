@@ -87,6 +87,16 @@ def update_slice(x, update, start, axis):
     return _impl.update_slice(x, update, start, axis)
 
 
+def count_tokens(token_ids, weights, vocabulary_size):
+    """`(batch, vocabulary_size)` sums of `weights` per token id, row by row.
+
+    `token_ids` and `weights` are `(batch, length)`; ids outside
+    `[0, vocabulary_size)` (such as `-1` padding) are ignored. A scatter-add:
+    no `(batch, length, vocabulary_size)` one-hot tensor is built.
+    """
+    return _impl.count_tokens(token_ids, weights, vocabulary_size)
+
+
 def uniform(shape, seed):
     """Uniform floats in [0, 1) drawn from an explicit `(2,)` int32 seed."""
     return _impl.uniform(shape, seed)

@@ -46,6 +46,18 @@ def update_slice(x, update, start, axis):
     return jax.lax.dynamic_update_slice_in_dim(x, update, start, axis=axis)
 
 
+def count_tokens(token_ids, weights, vocabulary_size):
+    jnp = jax.numpy
+    token_ids = jnp.asarray(token_ids, "int32")
+    weights = jnp.asarray(weights, "float32")
+    valid = (token_ids >= 0) & (token_ids < vocabulary_size)
+    rows = jnp.arange(token_ids.shape[0])[:, None]
+    counts = jnp.zeros((token_ids.shape[0], vocabulary_size), "float32")
+    return counts.at[rows, jnp.where(valid, token_ids, 0)].add(
+        jnp.where(valid, weights, 0.0)
+    )
+
+
 def uniform(shape, seed):
     key = jax.random.wrap_key_data(
         jax.numpy.asarray(seed).astype("uint32"), impl="threefry2x32"

@@ -50,6 +50,19 @@ def update_slice(x, update, start, axis):
     )
 
 
+def count_tokens(token_ids, weights, vocabulary_size):
+    token_ids = tf.cast(token_ids, "int32")
+    weights = tf.cast(weights, "float32")
+    valid = (token_ids >= 0) & (token_ids < vocabulary_size)
+    rows = tf.broadcast_to(tf.range(tf.shape(token_ids)[0])[:, None], tf.shape(token_ids))
+    indices = tf.stack([rows, tf.where(valid, token_ids, 0)], axis=-1)
+    return tf.scatter_nd(
+        indices,
+        tf.where(valid, weights, 0.0),
+        tf.stack([tf.shape(token_ids)[0], vocabulary_size]),
+    )
+
+
 def uniform(shape, seed):
     return tf.random.stateless_uniform(
         shape, seed=tf.cast(seed, "int32"), dtype="float32"

@@ -1,11 +1,13 @@
 """The causal language model task: compile once, generate many times."""
 
+import functools
 import time
 
 import keras
 from keras import ops
 
 from keras_gen import backend
+from keras_gen import processors as processors_lib
 from keras_gen import samplers
 from keras_gen.models.generation_request import GenerationRequest
 from keras_gen.samplers.sampler import check_count
@@ -57,7 +59,6 @@ class CausalLM(keras.Model):
         self.tokenizer = tokenizer
         self.sampler = None
         self.generate_function = None
-        self.stream_functions = None
         # Steps per compiled chunk of a stream.
         self.stream_chunk_size = 4
         self.compile()
@@ -77,6 +78,7 @@ class CausalLM(keras.Model):
         loss="auto",
         *,
         sampler="greedy",
+        processors=None,
         jit_compile=True,
         **kwargs,
     ):
@@ -88,6 +90,10 @@ class CausalLM(keras.Model):
                 categorical cross-entropy on logits.
             sampler: a sampler name (`"greedy"`, `"random"`, `"top_k"`,
                 `"top_p"`, `"min_p"`) or a `keras_gen.samplers.Sampler`.
+            processors: `keras_gen.processors.LogitsProcessor`s (or their
+                names or configs) applied in order to every step's logits
+                before the sampler's temperature; `generate(processors=...)`
+                overrides them for one call.
             jit_compile: bool. `False` runs generation eagerly (debugging).
         """
         if optimizer == "auto":
@@ -96,9 +102,13 @@ class CausalLM(keras.Model):
             loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.sampler = samplers.get(sampler)
+        self.processors = processors_lib.get_list(processors)
         self.generate_jit_compile = jit_compile
         self.generate_function = None
-        self.stream_functions = None
+        # One compiled program per processor chain structure (the chain is
+        # the program's structure; its numbers are inputs).
+        self.generate_functions = {}
+        self.stream_functions = {}
 
     def next(self, prompt, state, index):
         """One decoding step: logits for position `index`.
@@ -112,7 +122,7 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def _start_loop(self, inputs, prefill_length, outputs):
+    def _start_loop(self, inputs, prefill_length, outputs, processors=()):
         """Seed the cache from the prompt; the loop state before step one."""
         token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
         batch, cache_length = ops.shape(token_ids)
@@ -142,15 +152,23 @@ class CausalLM(keras.Model):
                 end=inputs["end"],
                 seed=inputs["seed"],
                 outputs={name: ops.zeros(shapes[name]) for name in outputs},
+                stop_sequences=inputs.get("stop_sequences"),
             )
-        return {**loop, "parameters": inputs["sampler"]}
+        return {
+            **loop,
+            "parameters": inputs["sampler"],
+            "processor_parameters": inputs.get("processors", []),
+        }
 
-    def _run_loop(self, loop):
+    def _run_loop(self, loop, processors=()):
         """Run the sampler loop until it ends or reaches `loop["until"]`."""
-        with self.sampler.bind(loop["parameters"]):
-            return self.sampler.run(self.next, loop)
+        sampler = self.sampler
+        with sampler.bind(loop["parameters"]), sampler.use_processors(
+            processors, loop["processor_parameters"]
+        ):
+            return sampler.run(self.next, loop)
 
-    def generate_step(self, inputs, prefill_length, outputs=()):
+    def generate_step(self, inputs, prefill_length, outputs=(), processors=()):
         """Generate for one padded batch; the body of the compiled program.
 
         Args:
@@ -158,54 +176,71 @@ class CausalLM(keras.Model):
                 `(batch, cache_length)`: prompts aligned left. `end`,
                 `(batch,)`: where each row stops at the latest.
                 `stop_token_ids` `(slots,)` (-1 for unused slots), `seed`
-                `(2,)`, and `sampler`: the sampler's tunable numbers.
+                `(2,)`, `sampler`: the sampler's tunable numbers,
+                `processors`: one dict of tunable numbers per processor,
+                and optionally `stop_sequences` (see
+                `keras_gen.samplers.stopping`).
             prefill_length: int, how many leading positions hold prompt
                 tokens; the cache is seeded from these only.
             outputs: names of the per-step outputs to return (`"logits"`,
                 `"scores"`, `"log_probs"`, `"hidden_states"`).
+            processors: the logits processors: the program's structure.
 
         Returns:
             A dict: `token_ids` `(batch, cache_length)` and each requested
             output, `(batch, cache_length, ...)`, written at the position of
             the token it produced.
         """
-        loop = self._run_loop(self._start_loop(inputs, prefill_length, outputs))
+        loop = self._start_loop(inputs, prefill_length, outputs, processors)
+        loop = self._run_loop(loop, processors)
         return {"token_ids": self.sampler.finish(loop), **loop["outputs"]}
 
-    def make_generate_function(self):
-        """Build (once) and return the compiled generate function."""
-        if self.generate_function is None:
-            self.generate_function = backend.compile_function(
-                self.generate_step,
+    def make_generate_function(self, processors=None):
+        """Build (once) and return the compiled generate function.
+
+        `processors` (default: those of `compile`) are the program's
+        structure: each chain structure compiles once and is cached until
+        `compile()`. Chains that differ only in their numbers share it.
+        """
+        processors = self.processors if processors is None else processors
+        key = processors_lib.structure(processors)
+        if key not in self.generate_functions:
+            self.generate_functions[key] = backend.compile_function(
+                functools.partial(self.generate_step, processors=processors),
                 self.variables,
                 jit_compile=self.generate_jit_compile,
                 static_argnames=("prefill_length", "outputs"),
             )
+        self.generate_function = self.generate_functions[key]
         return self.generate_function
 
-    def make_stream_functions(self):
+    def make_stream_functions(self, processors=None):
         """Build (once) the compiled `(start, advance)` pair of a stream.
 
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
         the loop state; `advance(loop)` runs the same sampler step up to
         `loop["until"]`. The loop state is donated where the backend can.
+        Cached per processor chain structure, like `make_generate_function`.
         """
-        if self.stream_functions is None:
-            self.stream_functions = (
-                backend.compile_function(
-                    self._start_loop,
-                    self.variables,
-                    jit_compile=self.generate_jit_compile,
+        processors = self.processors if processors is None else processors
+        key = processors_lib.structure(processors)
+        if key not in self.stream_functions:
+            compile_function = functools.partial(
+                backend.compile_function,
+                variables=self.variables,
+                jit_compile=self.generate_jit_compile,
+            )
+            self.stream_functions[key] = (
+                compile_function(
+                    functools.partial(self._start_loop, processors=processors),
                     static_argnames=("prefill_length", "outputs"),
                 ),
-                backend.compile_function(
-                    self._run_loop,
-                    self.variables,
-                    jit_compile=self.generate_jit_compile,
+                compile_function(
+                    functools.partial(self._run_loop, processors=processors),
                     donate_argnums=(0,),
                 ),
             )
-        return self.stream_functions
+        return self.stream_functions[key]
 
     def generate(
         self,
@@ -221,6 +256,10 @@ class CausalLM(keras.Model):
         output_logits=False,
         output_log_probs=False,
         output_hidden_states=False,
+        processors=None,
+        stop_sequences=None,
+        stop_strings=None,
+        include_stop_string=False,
         streamer=None,
         max_time=None,
         stream_chunk_size=None,
@@ -247,6 +286,15 @@ class CausalLM(keras.Model):
             output_scores, output_logits, output_log_probs,
             output_hidden_states: bool, add these per-step arrays to the
                 record (see `GenerationOutput`).
+            processors: logits processors for this call, replacing those of
+                `compile` (`[]` for none).
+            stop_sequences: list of token id lists; a row stops once its
+                tokens end with one (matched in the compiled loop; the
+                sequence may start in the prompt). Output is cut after it.
+            stop_strings: list of strings (needs a tokenizer); a row stops
+                once its text contains one, however the tokens split it.
+            include_stop_string: bool. Keep the stop string (and the rest of
+                its last token) in the returned text.
             streamer: a `keras_gen.streaming.BaseStreamer`; it gets each
                 chunk as it is produced.
             max_time: float, seconds. Rows still running then end with
@@ -262,13 +310,24 @@ class CausalLM(keras.Model):
             outputs=_requested_outputs(
                 output_scores, output_logits, output_log_probs, output_hidden_states
             ),
+            processors=processors,
+            stop_sequences=stop_sequences,
+            stop_strings=stop_strings,
+            include_stop_string=include_stop_string,
         )
         if streamer is not None or max_time is not None:
             chunks = self._stream(request, streamer, max_time, stream_chunk_size)
             record = GenerationOutput.join(chunks)
         else:
+            # Called without arguments for the compiled chain, so that a
+            # subclass's `make_generate_function()` override is used.
+            generate_function = (
+                self.make_generate_function()
+                if processors is None
+                else self.make_generate_function(request.processors)
+            )
             with backend.no_grad():
-                outputs = self.make_generate_function()(
+                outputs = generate_function(
                     request.program_inputs, **request.static_arguments
                 )
             record = request.read(outputs, request.cache_length)
@@ -286,6 +345,10 @@ class CausalLM(keras.Model):
         output_logits=False,
         output_log_probs=False,
         output_hidden_states=False,
+        processors=None,
+        stop_sequences=None,
+        stop_strings=None,
+        include_stop_string=False,
         max_time=None,
         stream_chunk_size=None,
     ):
@@ -306,6 +369,10 @@ class CausalLM(keras.Model):
             outputs=_requested_outputs(
                 output_scores, output_logits, output_log_probs, output_hidden_states
             ),
+            processors=processors,
+            stop_sequences=stop_sequences,
+            stop_strings=stop_strings,
+            include_stop_string=include_stop_string,
         )
         return self._stream(request, None, max_time, stream_chunk_size)
 
@@ -320,7 +387,7 @@ class CausalLM(keras.Model):
 
     def _chunks(self, request, streamer, max_time, chunk_size):
         started = time.monotonic()
-        start, advance = self.make_stream_functions()
+        start, advance = self.make_stream_functions(request.processors)
         try:
             with backend.no_grad():
                 loop = start(request.program_inputs, **request.static_arguments)

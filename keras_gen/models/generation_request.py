@@ -5,7 +5,9 @@ import secrets
 import numpy as np
 from keras import ops
 
+from keras_gen import processors as processors_lib
 from keras_gen.models import prompts as prompts_lib
+from keras_gen.models.stop_conditions import StopConditions
 from keras_gen.streaming.generation_output import STEP_OUTPUTS
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.streaming.incremental_detokenizer import IncrementalDetokenizer
@@ -64,6 +66,10 @@ class GenerationRequest:
         stop_token_ids="auto",
         seed=None,
         outputs=(),
+        processors=None,
+        stop_sequences=None,
+        stop_strings=None,
+        include_stop_string=False,
     ):
         self.tokenizer = lm.tokenizer
         backbone = lm.backbone
@@ -82,6 +88,17 @@ class GenerationRequest:
             stop_token_ids, backbone.vocabulary_size
         )
         self.outputs = tuple(name for name in STEP_OUTPUTS if name in outputs)
+        self.processors = (
+            lm.processors
+            if processors is None
+            else processors_lib.get_list(processors)
+        )
+        for processor in self.processors:
+            processor.check_vocabulary(backbone.vocabulary_size)
+        self.stop_conditions = StopConditions(
+            stop_sequences, stop_strings, self.tokenizer, backbone.vocabulary_size
+        )
+        self.include_stop_string = include_stop_string
         self.cache_length = prompts_lib.bucket(max(self.ends), MIN_CACHE_LENGTH, limit)
         self.prefill_length = min(
             self.cache_length,
@@ -101,6 +118,8 @@ class GenerationRequest:
                 _seed(sampler.seed if seed is None else seed), "int32"
             ),
             "sampler": sampler.get_parameter_tensors(),
+            "processors": [p.get_parameter_tensors() for p in self.processors],
+            **self.stop_conditions.program_inputs(),
         }
         self.static_arguments = {
             "prefill_length": self.prefill_length,
@@ -110,9 +129,10 @@ class GenerationRequest:
         self.emitted = [len(p) for p in prompts]
         self.finish_reasons = [None] * len(prompts)
         self.detokenizers = [
-            IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
-            for _ in prompts
+            IncrementalDetokenizer(self.tokenizer, prompt) if self.tokenizer else None
+            for prompt in prompts
         ]
+        self.shown_text = [""] * len(prompts)
 
     def _advance_rows(self, token_ids, index):
         """Per row, the `[start, stop)` positions that became final."""
@@ -124,7 +144,9 @@ class GenerationRequest:
                 continue
             stop = max(start, min(index, end))
             for position in range(start, stop):
-                if row[position] in self.stop_token_ids:
+                if row[position] in self.stop_token_ids or (
+                    self.stop_conditions.ends_at(row, position)
+                ):
                     stop = position + 1
                     self.finish_reasons[r] = "stop"
                     break
@@ -171,18 +193,24 @@ class GenerationRequest:
             ]
         return record
 
-    def _without_stop(self, row, token_ids):
-        # Text never shows the stop token that ended a row.
-        if self.finish_reasons[row] == "stop" and token_ids:
-            return token_ids[:-1]
-        return token_ids
-
     def _text(self, row, new_token_ids):
+        """The row's text since the last read: whole characters only, with
+        no stop token and (unless asked) no stop string."""
         detokenizer = self.detokenizers[row]
-        text = detokenizer.add_tokens(self._without_stop(row, new_token_ids))
-        if self.finish_reasons[row] is not None:
-            text += detokenizer.finalize()
-        return text
+        finished = self.finish_reasons[row] is not None
+        if new_token_ids and new_token_ids[-1] in self.stop_token_ids and finished:
+            new_token_ids = new_token_ids[:-1]
+        detokenizer.add_tokens(new_token_ids)
+        if finished:
+            detokenizer.finalize()
+        text = detokenizer.text
+        if not self.include_stop_string:
+            text = self.stop_conditions.visible_text(text, finished)
+        shown = self.shown_text[row]
+        if not text.startswith(shown):
+            return ""
+        self.shown_text[row] = text
+        return text[len(shown) :]
 
     @property
     def done(self):
@@ -194,8 +222,8 @@ class GenerationRequest:
             texts = record.text
             if not strip_prompt:
                 texts = [
-                    self.tokenizer.decode(self._without_stop(r, sequence))
-                    for r, sequence in enumerate(record.sequences)
+                    detokenizer.prompt_text + text
+                    for detokenizer, text in zip(self.detokenizers, texts)
                 ]
             return texts[0] if self.form == prompts_lib.TEXT else texts
         rows = record.token_ids if strip_prompt else record.sequences

@@ -12,6 +12,7 @@ def min_p_filter(logits, p):
 
     `prob >= p * max_prob` is `logit >= max_logit + log(p)`: no softmax.
     """
+    # `ops.amax`: keras' torch `ops.max` breaks a fullgraph compile.
     threshold = ops.amax(logits, axis=-1, keepdims=True) + ops.log(p)
     return ops.where(logits >= threshold, logits, float("-inf"))
 

@@ -5,6 +5,7 @@ import contextlib
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.samplers import stopping
 
 
 def check_positive(name, value):
@@ -64,6 +65,10 @@ class Sampler:
         stop_token_ids: ids that end a row, or `None`.
         hidden_states: the prompt's hidden states (for samplers that use
             them).
+        processors: `keras_gen.processors.LogitsProcessor`s applied in
+            order to each step's logits, before `temperature`.
+        stop_sequences: a list of token id lists; a row also stops when its
+            tokens end with one of them.
 
     Examples:
     >>> import keras
@@ -71,6 +76,10 @@ class Sampler:
     ...     def get_next_token(self, logits, seed):
     ...         return keras.ops.argmax(logits, axis=-1)
     """
+
+    # Logits processors applied by `process_logits`; `use_processors` sets
+    # them for one call.
+    processors = ()
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature
@@ -123,6 +132,7 @@ class Sampler:
         end=None,
         seed=None,
         outputs=None,
+        stop_sequences=None,
     ):
         """The loop state before the first step, a dict of tensors.
 
@@ -131,6 +141,9 @@ class Sampler:
         int tensor. `outputs` maps names of per-step outputs (`"logits"`,
         `"scores"`, `"log_probs"`, `"hidden_states"`) to zero buffers of
         shape `(batch, max_length, ...)` that the loop fills.
+        `stop_sequences` is `None` or a dict of fixed-shape
+        tensors (see `keras_gen.samplers.stopping.stop_match`): a row also
+        stops when its tokens end with one of them.
         """
         prompt = ops.convert_to_tensor(prompt, "int32")
         batch, length = ops.shape(prompt)
@@ -157,6 +170,12 @@ class Sampler:
             ),
             "seed": ops.convert_to_tensor([0, 0] if seed is None else seed, "int32"),
             "outputs": outputs or {},
+            **({} if stop_sequences is None else {
+                "stop_sequences": {
+                    name: ops.convert_to_tensor(value)
+                    for name, value in stop_sequences.items()
+                }
+            }),
         }
 
     def cond(self, loop):
@@ -170,7 +189,8 @@ class Sampler:
         """Generate one token per row at `loop["index"]`."""
         index = loop["index"]
         logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
-        scores = ops.cast(logits, "float32") / self.temperature
+        logits = ops.cast(logits, "float32")
+        scores = self.process_logits(logits, loop) / self.temperature
         step_seed = loop["seed"] + ops.stack([ops.zeros_like(index), index])
         token = self.get_next_token(scores, step_seed)
         loop = self.record(
@@ -199,6 +219,40 @@ class Sampler:
             for name, buffer in loop["outputs"].items()
         }
         return {**loop, "outputs": outputs}
+    def process_logits(self, logits, loop):
+        """Apply the logits processors, in order, to `(batch, vocab)` logits.
+
+        Steps that override `step` call this before their temperature. A row
+        that the processors leave with no finite logit (all banned) falls
+        back to its unprocessed logits rather than sampling from NaN.
+        """
+        processed = logits
+        for processor in self.processors:
+            processed = processor.process(processed, loop)
+        if not self.processors:
+            return logits
+        banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
+        return ops.where(banned, logits, processed)
+
+    @contextlib.contextmanager
+    def use_processors(self, processors, parameters=None):
+        """Within the context, `process_logits` applies `processors`.
+
+        `parameters`: one dict of tensors per processor (their tunable
+        numbers, bound as in `bind`); by default their own values.
+        """
+        processors = tuple(processors or ())
+        if parameters is None:
+            parameters = [p.get_parameter_tensors() for p in processors]
+        saved = self.processors
+        with contextlib.ExitStack() as stack:
+            for processor, values in zip(processors, parameters):
+                stack.enter_context(processor.bind(values))
+            self.processors = processors
+            try:
+                yield self
+            finally:
+                self.processors = saved
 
     def append(self, loop, token, state):
         """Write `token` at `index` (keeping prompt tokens) and advance."""
@@ -210,10 +264,15 @@ class Sampler:
         is_stop = ops.any(
             token[:, None] == loop["stop_token_ids"][None, :], axis=-1
         )
+        token_ids = backend.update_slice(token_ids, token[:, None], index, 1)
+        if "stop_sequences" in loop:
+            is_stop = ops.logical_or(
+                is_stop, stopping.stop_match(token_ids, index, loop["stop_sequences"])
+            )
         stopped = ops.logical_and(ops.logical_not(in_prompt), is_stop)
         return {
             **loop,
-            "token_ids": backend.update_slice(token_ids, token[:, None], index, 1),
+            "token_ids": token_ids,
             "state": state,
             "index": index + 1,
             "done": ops.logical_or(loop["done"], stopped),
@@ -238,11 +297,18 @@ class Sampler:
         mask=None,
         stop_token_ids=None,
         hidden_states=None,
+        processors=None,
+        stop_sequences=None,
     ):
+        if stop_sequences is not None:
+            stop_sequences = stopping.sequence_tensors(stop_sequences)
         loop = self.start(
-            prompt, state, index, mask, stop_token_ids, hidden_states
+            prompt, state, index, mask, stop_token_ids, hidden_states,
+            stop_sequences=stop_sequences,
         )
-        with self.bind(self.get_parameter_tensors()):
+        with self.bind(self.get_parameter_tensors()), self.use_processors(
+            processors
+        ):
             return self.finish(self.run(next, loop))
 
     def get_config(self):

@@ -12,16 +12,16 @@ from keras_gen.samplers.top_k_sampler import top_k_filter
 def top_p_filter(logits, p):
     """Keep the smallest set of most likely tokens whose mass reaches `p`.
 
-    A token is kept when the mass of the tokens strictly more likely than it
-    is below `p`, so the token that crosses `p` is kept and the most likely
-    token always is.
+    As transformers: the least likely tokens whose total mass is at most
+    `1 - p` are removed, so `p=1` keeps every token (a "mass before < p"
+    test would drop tiny ones to float rounding) and the most likely token
+    always stays.
     """
-    descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
-    probabilities = ops.softmax(descending, axis=-1)
-    mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
-    kept = ops.sum(ops.cast(mass_before < p, "int32"), axis=-1, keepdims=True)
-    kept = ops.maximum(kept, 1)
-    threshold = ops.take_along_axis(descending, kept - 1, axis=-1)
+    ascending = ops.sort(logits, axis=-1)
+    mass = ops.cumsum(ops.softmax(ascending, axis=-1), axis=-1)
+    removed = ops.sum(ops.cast(mass <= 1 - p, "int32"), axis=-1, keepdims=True)
+    removed = ops.minimum(removed, ops.shape(logits)[-1] - 1)
+    threshold = ops.take_along_axis(ascending, removed, axis=-1)
     return ops.where(logits >= threshold, logits, float("-inf"))
 
 

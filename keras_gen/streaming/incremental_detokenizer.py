@@ -14,6 +14,9 @@ class IncrementalDetokenizer:
 
     Args:
         tokenizer: anything with `decode(token_ids) -> str`.
+        prompt: token ids that come before the new tokens. They are not
+            emitted, but give the first new tokens their context (a
+            tokenizer may drop the leading space of a sequence's first word).
         context: how many earlier tokens to decode with each new piece.
 
     Examples:
@@ -27,16 +30,17 @@ class IncrementalDetokenizer:
     'c'
     """
 
-    def __init__(self, tokenizer, context=4):
+    def __init__(self, tokenizer, prompt=(), context=4):
         self.tokenizer = tokenizer
         self.context = context
-        self.tokens = []
+        self.tokens = [int(t) for t in prompt]
+        self.prompt_text = tokenizer.decode(self.tokens) if self.tokens else ""
         self.text = ""
         self.last_segment = ""
-        # Tokens before `read_offset` are in `self.text`; decoding starts
+        # Tokens before `read_offset` are decoded already; decoding starts
         # from `prefix_offset` to give the tokenizer context.
-        self.prefix_offset = 0
-        self.read_offset = 0
+        self.read_offset = len(self.tokens)
+        self.prefix_offset = max(self.read_offset - context, 0)
 
     def add_tokens(self, token_ids):
         """Add new tokens; return the text that is now complete."""
@@ -56,7 +60,8 @@ class IncrementalDetokenizer:
     def finalize(self):
         """The text not emitted yet, so that all segments join to the whole."""
         full = self.tokenizer.decode(self.tokens)
-        segment = full[len(self.text) :] if full.startswith(self.text) else ""
+        done = self.prompt_text + self.text
+        segment = full[len(done) :] if full.startswith(done) else ""
         self.read_offset = self.prefix_offset = len(self.tokens)
         return self._emit(segment)
 

@@ -155,7 +155,7 @@ def test_cold_samplers_equal_greedy(gpt2_lm, sampler):
 
 def test_override_generate_step_is_used(gpt2_backbone):
     class ConstantLM(GPT2CausalLM):
-        def generate_step(self, inputs, prefill_length, outputs=()):
+        def generate_step(self, inputs, prefill_length, **kwargs):
             return {"token_ids": ops.ones_like(inputs["token_ids"]) * 3}
 
     lm = ConstantLM(gpt2_backbone)

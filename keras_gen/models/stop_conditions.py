@@ -1,0 +1,121 @@
+"""Host-side preparation of stop sequences and stop strings.
+
+The compiled loop matches them (see `keras_gen.samplers.stopping`); here they
+are checked, packed into fixed-shape tensors, and the outputs are cut after
+the first match.
+"""
+
+from keras import ops
+
+from keras_gen.samplers import stopping
+
+# Token texts per tokenizer (decoding a whole vocabulary takes a moment).
+_PIECES = {}
+
+
+def token_pieces(tokenizer, vocabulary_size):
+    """The text of each token id, decoded one token at a time.
+
+    Only `tokenizer.decode` is used. A token whose text is not valid on its
+    own (part of a multi-byte character) decodes to a replacement character
+    and cannot take part in a stop string match.
+    """
+    key = (id(tokenizer), vocabulary_size)
+    if key not in _PIECES or _PIECES[key][0] is not tokenizer:
+        pieces = [tokenizer.decode([i]) for i in range(vocabulary_size)]
+        _PIECES[key] = (tokenizer, pieces)
+    return _PIECES[key][1]
+
+
+def _check_sequences(stop_sequences, vocabulary_size):
+    if stop_sequences is None:
+        return []
+    message = (
+        "`stop_sequences` must be a list of non-empty lists of token ids in "
+        f"[0, {vocabulary_size}). Received: {stop_sequences!r}"
+    )
+    if not isinstance(stop_sequences, (list, tuple)):
+        raise ValueError(message)
+    checked = []
+    for sequence in stop_sequences:
+        if not isinstance(sequence, (list, tuple)) or not sequence or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocabulary_size
+            for t in sequence
+        ):
+            raise ValueError(message)
+        checked.append([int(t) for t in sequence])
+    return checked
+
+
+class StopConditions:
+    """The stop sequences and stop strings of one `generate` call."""
+
+    def __init__(self, stop_sequences, stop_strings, tokenizer, vocabulary_size):
+        self.sequences = _check_sequences(stop_sequences, vocabulary_size)
+        self.strings = list(stop_strings or [])
+        if isinstance(stop_strings, str) or not all(
+            isinstance(s, str) and s for s in self.strings
+        ):
+            raise ValueError(
+                "`stop_strings` must be a list of non-empty strings. "
+                f"Received: {stop_strings!r}"
+            )
+        self.pieces = None
+        if self.strings:
+            if tokenizer is None:
+                raise ValueError(
+                    "`stop_strings` need a tokenizer, and this model has none. "
+                    "Use `stop_sequences` with token ids instead."
+                )
+            self.pieces = token_pieces(tokenizer, vocabulary_size)
+        self.tokenizer = tokenizer
+
+    def program_inputs(self):
+        """`{"stop_sequences": tensors}`, always present (maybe empty)."""
+        stop = stopping.sequence_tensors(self.sequences)
+        if self.strings:
+            stop.update(stopping.string_tables(self.pieces, self.strings))
+        return {
+            "stop_sequences": {
+                name: ops.convert_to_tensor(value) for name, value in stop.items()
+            }
+        }
+
+    def _string_end(self, row, position):
+        """Whether the text up to `row[position]` ends with a stop string."""
+        text = "".join(self.pieces[t] for t in row[: position + 1])
+        last_start = len(text) - len(self.pieces[row[position]])
+        return any(
+            text.find(s, max(0, last_start - len(s) + 1)) >= 0 for s in self.strings
+        )
+
+    def ends_at(self, row, position):
+        """Whether a stop sequence or string ends at `row[position]`.
+
+        The loop matched the same on the device; the host repeats it to
+        know where the row ended and why.
+        """
+        if any(list(row[: position + 1][-len(s) :]) == s for s in self.sequences):
+            return True
+        return bool(self.strings) and self._string_end(row, position)
+
+    def visible_text(self, text, finished):
+        """The part of a row's new `text` that may be shown.
+
+        Text is cut where a stop string begins. While the row runs, a tail
+        that could still grow into a stop string is held back, so streamed
+        text never shows a stop string that the final text hides.
+        """
+        if not self.strings:
+            return text
+        starts = [text.find(s) for s in self.strings]
+        starts = [start for start in starts if start >= 0]
+        if starts:
+            return text[: min(starts)]
+        if finished:
+            return text
+        held = max(
+            (n for s in self.strings for n in range(1, len(s)) if text.endswith(s[:n])),
+            default=0,
+        )
+        return text[: len(text) - held]

@@ -1,0 +1,173 @@
+"""The base logits processor and the helpers the built-in ones share."""
+
+import contextlib
+
+import numpy as np
+from keras import ops
+
+from keras_gen import backend
+
+NEG_INF = float("-inf")
+
+
+def check_token_ids(name, token_ids, allow_empty=False):
+    """A list of ints >= 0, or a clear error."""
+    if isinstance(token_ids, (int, np.integer)):
+        token_ids = [token_ids]
+    if not isinstance(token_ids, (list, tuple, np.ndarray)):
+        raise TypeError(f"`{name}` must be a list of token ids. Received: {token_ids!r}")
+    bad = [
+        t for t in token_ids
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0
+    ]
+    if bad or (not allow_empty and len(token_ids) == 0):
+        raise ValueError(
+            f"`{name}` must be a non-empty list of token ids (ints >= 0). "
+            f"Received: {token_ids!r}"
+        )
+    return [int(t) for t in token_ids]
+
+
+def pad_ids(token_ids, minimum=8):
+    """`token_ids` padded with -1 to a power of two: a fixed-shape tensor."""
+    size = max(minimum, 1 << max(len(token_ids) - 1, 0).bit_length())
+    return np.asarray(list(token_ids) + [-1] * (size - len(token_ids)), "int32")
+
+
+def pad_sequences(sequences, minimum=4):
+    """`(slots, width)` int32 ids padded with -1 and `(slots,)` lengths.
+
+    Both sizes are rounded up to powers of two, so a different set of
+    sequences of similar size reuses the compiled program.
+    """
+    slots = len(pad_ids(list(range(len(sequences))), minimum))
+    width = len(pad_ids(list(range(max(map(len, sequences)))), minimum))
+    padded = np.full((slots, width), -1, "int32")
+    lengths = np.zeros((slots,), "int32")
+    for i, sequence in enumerate(sequences):
+        padded[i, : len(sequence)] = sequence
+        lengths[i] = len(sequence)
+    return padded, lengths
+
+
+def vocabulary_mask(token_ids, vocabulary_size):
+    """`(vocabulary_size,)` bool, `True` at the ids in `token_ids` (-1 pads)."""
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    token_ids = ops.cast(token_ids, "int32")
+    return ops.any(vocabulary[:, None] == token_ids[None, :], axis=-1)
+
+
+def history(prompt, index, mask=None, generated_only=False):
+    """`(batch, length)` float weights, 1 at the positions before `index`.
+
+    With `generated_only`, prompt positions (`mask` True) are left out.
+    """
+    positions = ops.arange(ops.shape(prompt)[1], dtype="int32")[None, :]
+    seen = ops.broadcast_to(positions < index, ops.shape(prompt))
+    if generated_only:
+        seen = ops.logical_and(seen, ops.logical_not(mask))
+    return ops.cast(seen, "float32")
+
+
+def count_tokens(prompt, weights, vocabulary_size):
+    """`(batch, vocabulary_size)` counts of each token at weighted positions."""
+    return backend.count_tokens(prompt, weights, vocabulary_size)
+
+
+class LogitsProcessor:
+    """Base class for logits processors: change next-token logits, row by row.
+
+    A processor is a pure, shape-preserving function of the logits and the
+    token buffer. It runs inside the compiled generation loop, before the
+    sampler's temperature, so it never slices by a data-dependent length
+    (use masks) and never changes its inputs in place.
+
+    The numbers a user tunes are returned by `get_parameters()` (Python
+    numbers or numpy arrays of fixed shape). They reach the compiled program
+    as tensors: inside it, `self.<name>` is a tensor, so changing them
+    between calls never recompiles. Everything else the processor reads is
+    program structure: keep it in `get_config()` so that a change compiles a
+    new program.
+
+    Call arguments:
+        logits: `(batch, vocab)` float32 logits for position `index`.
+        prompt: `(batch, length)` int32 token buffer; positions before
+            `index` hold the sequence so far (prompt and generated tokens).
+        index: scalar int32 tensor, the position being generated.
+        mask: `(batch, length)` bool, `True` where `prompt` holds prompt
+            tokens.
+
+    Examples:
+    >>> from keras import ops
+    >>> class BanToken(LogitsProcessor):
+    ...     def __call__(self, logits, prompt, index, mask):
+    ...         banned = ops.arange(ops.shape(logits)[-1]) == 3
+    ...         return ops.where(banned[None, :], float("-inf"), logits)
+    """
+
+    # Config entries that reach the program through `get_parameters()`
+    # under other names: they are not program structure.
+    tunable_config = ()
+
+    def __call__(self, logits, prompt, index, mask):
+        raise NotImplementedError
+
+    def process(self, logits, loop):
+        """Apply to `logits` in the sampler loop; `loop` is its state dict.
+
+        Processors that need more of the loop (each row's `end`, the call's
+        `stop_token_ids`) override this.
+        """
+        return self(logits, loop["token_ids"], loop["index"], loop["mask"])
+
+    def get_parameters(self):
+        """The tunable numbers, checked: a dict of numbers or numpy arrays."""
+        return {}
+
+    def get_parameter_tensors(self):
+        """`get_parameters()` as tensors (ints int32, floats float32)."""
+        tensors = {}
+        for name, value in self.get_parameters().items():
+            value = np.asarray(value)
+            dtype = "int32" if np.issubdtype(value.dtype, np.integer) else "float32"
+            tensors[name] = ops.convert_to_tensor(value, dtype)
+        return tensors
+
+    @contextlib.contextmanager
+    def bind(self, parameters):
+        """Within the context, `self.<name>` reads the given tensors."""
+        saved = {name: getattr(self, name) for name in parameters}
+        try:
+            for name, value in parameters.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+    def get_token_ids(self):
+        """Token ids this processor refers to; `generate` checks them."""
+        return []
+
+    def check_vocabulary(self, vocabulary_size):
+        bad = [t for t in self.get_token_ids() if not 0 <= t < vocabulary_size]
+        if bad:
+            raise ValueError(
+                f"{type(self).__name__} refers to token ids outside the "
+                f"vocabulary [0, {vocabulary_size}): {sorted(set(bad))[:5]}"
+            )
+
+    def get_structure(self):
+        """What selects the compiled program: config minus tunables, shapes."""
+        parameters = self.get_parameters()
+        tunable = set(parameters) | set(self.tunable_config)
+        config = {k: v for k, v in self.get_config().items() if k not in tunable}
+        shapes = {k: np.shape(v) for k, v in parameters.items()}
+        return (type(self), repr(sorted(config.items())), repr(sorted(shapes.items())))
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

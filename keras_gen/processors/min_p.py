@@ -1,0 +1,37 @@
+"""Min-p filter."""
+
+from keras_gen.processors.logits_processor import LogitsProcessor
+from keras_gen.samplers.min_p_sampler import min_p_filter
+from keras_gen.samplers.sampler import check_probability
+
+
+class MinP(LogitsProcessor):
+    """Keeps the tokens at least `p` times as likely as the most likely one.
+
+    Composes with any sampler; `p` reaches the program as a tensor.
+
+    Args:
+        p: float in (0, 1].
+
+    Call arguments:
+        See `LogitsProcessor`.
+
+    Examples:
+    >>> import numpy as np
+    >>> logits = np.log(np.array([[0.6, 0.3, 0.1]], "float32"))
+    >>> np.isinf(np.asarray(MinP(0.25)(logits, None, 0, None))).tolist()
+    [[False, False, True]]
+    """
+
+    def __init__(self, p=0.1):
+        self.p = p
+        self.get_parameters()
+
+    def get_parameters(self):
+        return {"p": check_probability("p", self.p)}
+
+    def __call__(self, logits, prompt, index, mask):
+        return min_p_filter(logits, self.p)
+
+    def get_config(self):
+        return {"p": self.p}

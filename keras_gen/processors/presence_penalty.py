@@ -1,0 +1,53 @@
+"""Presence penalty (OpenAI semantics)."""
+
+from keras import ops
+
+from keras_gen.processors.logits_processor import LogitsProcessor
+from keras_gen.processors.logits_processor import count_tokens
+from keras_gen.processors.logits_processor import history
+
+
+def check_finite(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
+    if value != value or abs(value) == float("inf"):
+        raise ValueError(f"`{name}` must be finite. Received: {name}={value}")
+    return float(value)
+
+
+class PresencePenalty(LogitsProcessor):
+    """Subtracts `value` from the logit of every token generated so far.
+
+    As OpenAI's `presence_penalty`: the penalty counts each generated token
+    once, however often it appeared; prompt tokens are not penalised.
+
+    Args:
+        value: finite float; positive discourages repetition, negative
+            encourages it. OpenAI allows [-2, 2].
+
+    Call arguments:
+        See `LogitsProcessor`.
+
+    Examples:
+    >>> import numpy as np
+    >>> logits = np.zeros((1, 3), "float32")
+    >>> prompt = np.array([[0, 1, 1]], "int32")
+    >>> mask = np.array([[True, False, False]])
+    >>> np.asarray(PresencePenalty(0.5)(logits, prompt, 3, mask)).tolist()
+    [[0.0, -0.5, 0.0]]
+    """
+
+    def __init__(self, value=0.5):
+        self.value = value
+        self.get_parameters()
+
+    def get_parameters(self):
+        return {"value": check_finite("value", self.value)}
+
+    def __call__(self, logits, prompt, index, mask):
+        weights = history(prompt, index, mask, generated_only=True)
+        counts = count_tokens(prompt, weights, ops.shape(logits)[-1])
+        return logits - ops.cast(counts > 0, "float32") * self.value
+
+    def get_config(self):
+        return {"value": self.value}

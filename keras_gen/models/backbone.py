@@ -43,6 +43,22 @@ class Backbone(keras.Model):
         """`(..., hidden_dim)` to float32 `(..., vocabulary_size)` logits."""
         raise NotImplementedError
 
+    def tied_logits(self, embedding, hidden_states):
+        """Logits from an input `keras.layers.Embedding` used as output head.
+
+        Works on float and on int8-quantized embeddings (`quantize("int8")`
+        keeps int8 rows and one scale per row: the int8 matrix is read, not
+        a dequantized copy).
+        """
+        if embedding.quantization_mode == "int8":
+            kernel = ops.cast(embedding._embeddings, hidden_states.dtype)
+            logits = ops.matmul(hidden_states, ops.transpose(kernel))
+            scale = ops.cast(embedding.embeddings_scale, logits.dtype)
+            return ops.cast(logits / scale, "float32")
+        kernel = ops.cast(embedding.embeddings, hidden_states.dtype)
+        logits = ops.matmul(hidden_states, ops.transpose(kernel))
+        return ops.cast(logits, "float32")
+
     def call(self, token_ids, padding_mask=None, training=False):
         """Hidden states of a whole sequence, with no cache."""
         x = self.embed(token_ids, 0, training=training)

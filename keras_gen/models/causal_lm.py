@@ -2,6 +2,7 @@
 
 import functools
 import time
+import warnings
 
 import keras
 from keras import ops
@@ -107,6 +108,19 @@ class CausalLM(keras.Model):
         self.generate_function = None
         # One compiled program per processor chain structure (the chain is
         # the program's structure; its numbers are inputs).
+        self.generate_functions = {}
+        self.stream_functions = {}
+
+    def quantize(self, mode, **kwargs):
+        """Quantize the weights with Keras (`"int8"`: int8 weights, one scale
+        per output channel) and drop the compiled programs built for the
+        float weights. Generation then reads the int8 weights.
+        """
+        with warnings.catch_warnings():
+            # Norms and attention have nothing to quantize; Keras says so.
+            warnings.filterwarnings("ignore", "Layer .* does not have a `quantize`")
+            self.backbone.quantize(mode, **kwargs)
+        self.generate_function = None
         self.generate_functions = {}
         self.stream_functions = {}
 

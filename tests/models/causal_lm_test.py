@@ -194,6 +194,20 @@ def test_same_weights_give_same_tokens_on_every_backend():
     assert lm.generate(PROMPTS, max_new_tokens=15) == expected
 
 
+def test_int8_quantization_keeps_greedy_tokens_close(gpt2_lm):
+    kwargs = dict(max_new_tokens=12, return_dict=True, output_log_probs=True)
+    reference = gpt2_lm.generate(PROMPTS, **kwargs)
+    gpt2_lm.quantize("int8")
+    assert gpt2_lm.generate_function is None
+    assert "int8" in {v.dtype for v in gpt2_lm.backbone.weights}
+    quantized = gpt2_lm.generate(PROMPTS, **kwargs)
+    assert quantized.token_ids == reference.token_ids
+    drift = max(
+        np.abs(a - b).max() for a, b in zip(reference.log_probs, quantized.log_probs)
+    )
+    assert drift < 0.25
+
+
 def test_training_with_fit(gpt2_lm):
     token_ids = np.random.default_rng(0).integers(0, 64, (4, 9))
     history = gpt2_lm.fit(token_ids[:, :-1], token_ids[:, 1:], epochs=1, verbose=0)

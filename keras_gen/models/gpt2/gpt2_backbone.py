@@ -106,9 +106,7 @@ class GPT2Backbone(Backbone):
         return self.ln_f(x)
 
     def compute_logits(self, hidden_states):
-        embeddings = ops.cast(self.wte.embeddings, hidden_states.dtype)
-        logits = ops.matmul(hidden_states, ops.transpose(embeddings))
-        return ops.cast(logits, "float32")
+        return self.tied_logits(self.wte, hidden_states)
 
     def get_config(self):
         config = super().get_config()

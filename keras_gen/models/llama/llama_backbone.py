@@ -178,12 +178,9 @@ class LlamaBackbone(Backbone):
         return self.norm(x)
 
     def compute_logits(self, hidden_states):
-        if self.lm_head is not None:
-            logits = self.lm_head(hidden_states)
-        else:
-            embeddings = ops.cast(self.embed_tokens.embeddings, hidden_states.dtype)
-            logits = ops.matmul(hidden_states, ops.transpose(embeddings))
-        return ops.cast(logits, "float32")
+        if self.lm_head is None:
+            return self.tied_logits(self.embed_tokens, hidden_states)
+        return ops.cast(self.lm_head(hidden_states), "float32")
 
     def get_config(self):
         config = super().get_config()

@@ -75,7 +75,8 @@ class CausalLM(keras.Model):
             loss: as in `keras.Model.compile`; `"auto"` is sparse
                 categorical cross-entropy on logits.
             sampler: a sampler name (`"greedy"`, `"random"`, `"top_k"`,
-                `"top_p"`, `"min_p"`) or a `keras_gen.samplers.Sampler`.
+                `"top_p"`, `"min_p"`, `"beam"`, `"contrastive"`) or a
+                `keras_gen.samplers.Sampler`.
             jit_compile: bool. `False` runs generation eagerly (debugging).
         """
         if optimizer == "auto":
@@ -189,6 +190,7 @@ class CausalLM(keras.Model):
         stop_token_ids="auto",
         strip_prompt=False,
         seed=None,
+        return_dict=False,
     ):
         """Generate text or token ids from one prompt or a batch.
 
@@ -206,6 +208,15 @@ class CausalLM(keras.Model):
                 after emitting one; generation ends when every row has.
             strip_prompt: bool, return only the new tokens.
             seed: int or `None`. The same seed gives the same tokens.
+            return_dict: bool. `True` answers with a dict: `"sequences"`
+                (what `generate` returns otherwise) and, when the sampler
+                scores its sequences (beam search), `"sequence_scores"` in
+                the same layout.
+
+        With a sampler that returns `n > 1` sequences per prompt (beam
+        search with `num_return_sequences=n`), each prompt's answer becomes
+        a list of `n`, best first; a dict answer stays flat, prompt `b`'s
+        sequences at rows `b * n` to `b * n + n - 1`.
 
         Examples:
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
@@ -244,13 +255,27 @@ class CausalLM(keras.Model):
             outputs = generate_function(
                 program_inputs, prefill_length=prefill_length
             )
-        rows = prompts_lib.cut(
-            ops.convert_to_numpy(outputs), prompts, ends, stop_token_ids
+        # A sampler's `finish` gives token ids, or a dict of them and their
+        # `sequence_scores`; with `n` rows per prompt (beam search).
+        if not isinstance(outputs, dict):
+            outputs = {"token_ids": outputs}
+        token_ids = ops.convert_to_numpy(outputs["token_ids"])
+        n = len(token_ids) // len(prompts)
+        prompts = [prompt for prompt in prompts for _ in range(n)]
+        ends = [end for end in ends for _ in range(n)]
+        rows = prompts_lib.cut(token_ids, prompts, ends, stop_token_ids)
+        sequences = prompts_lib.format_outputs(
+            rows, prompts, prompts_lib.plural(form), width or 0, strip_prompt,
+            self.tokenizer, stop_token_ids,
         )
-        return prompts_lib.format_outputs(
-            rows, prompts, form, width or 0, strip_prompt, self.tokenizer,
-            stop_token_ids,
-        )
+        sequences = prompts_lib.per_prompt(sequences, form, n)
+        if not return_dict:
+            return sequences
+        result = {"sequences": sequences}
+        if "sequence_scores" in outputs:
+            scores = ops.convert_to_numpy(outputs["sequence_scores"])
+            result["sequence_scores"] = prompts_lib.per_prompt(scores, form, n)
+        return result
 
     def get_config(self):
         return {

@@ -57,15 +57,8 @@ class BeamSampler(Sampler):
     {'temperature': 1.0, 'length_penalty': 0.5, 'early_stopping': 0.0}
     """
 
-    def __init__(
-        self,
-        num_beams=5,
-        length_penalty=1.0,
-        early_stopping=False,
-        num_return_sequences=1,
-        temperature=1.0,
-        seed=None,
-    ):
+    def __init__(self, num_beams=5, length_penalty=1.0, early_stopping=False,
+                 num_return_sequences=1, temperature=1.0, seed=None):
         self.num_beams = check_count("num_beams", num_beams)
         self.num_return_sequences = check_count(
             "num_return_sequences", num_return_sequences
@@ -73,51 +66,36 @@ class BeamSampler(Sampler):
         if num_return_sequences > num_beams:
             raise ValueError(
                 "`num_return_sequences` must be <= `num_beams`. Received: "
-                f"num_return_sequences={num_return_sequences}, "
-                f"num_beams={num_beams}"
+                f"num_return_sequences={num_return_sequences}, num_beams={num_beams}"
             )
         self.length_penalty = length_penalty
         self.early_stopping = early_stopping
         super().__init__(temperature=temperature, seed=seed)
 
     def get_parameters(self):
-        length_penalty = self.length_penalty
-        if isinstance(length_penalty, bool) or not isinstance(
-            length_penalty, (int, float)
-        ):
+        penalty, early_stopping = self.length_penalty, self.early_stopping
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
             raise TypeError(
-                "`length_penalty` must be a number. Received: "
-                f"length_penalty={length_penalty!r}"
+                f"`length_penalty` must be a number. Received: {penalty!r}"
             )
-        early_stopping = self.early_stopping
         if not (isinstance(early_stopping, bool) or early_stopping == "never"):
             raise ValueError(
-                "`early_stopping` must be True, False or 'never'. Received: "
-                f"early_stopping={self.early_stopping!r}"
+                "`early_stopping` must be True, False or 'never'. "
+                f"Received: {early_stopping!r}"
             )
         return {
             **super().get_parameters(),
-            "length_penalty": float(length_penalty),
-            "early_stopping": EARLY_STOPPING[self.early_stopping],
+            "length_penalty": float(penalty),
+            "early_stopping": EARLY_STOPPING[early_stopping],
         }
 
     def _flat(self, beams, width):
         """`(batch, n)` indices into each row's `width` slots, made global."""
-        batch = ops.shape(beams)[0]
-        offsets = ops.arange(batch, dtype="int32")[:, None] * width
+        offsets = ops.arange(ops.shape(beams)[0], dtype="int32")[:, None] * width
         return ops.reshape(ops.cast(beams, "int32") + offsets, (-1,))
 
-    def start(
-        self,
-        prompt,
-        state,
-        index,
-        mask=None,
-        stop_token_ids=None,
-        hidden_states=None,
-        end=None,
-        seed=None,
-    ):
+    def start(self, prompt, state, index, mask=None, stop_token_ids=None,
+              hidden_states=None, end=None, seed=None):
         """The loop state of `num_beams` copies of every row, all in step.
 
         Rows `b * num_beams` to `b * num_beams + num_beams - 1` are prompt
@@ -130,7 +108,7 @@ class BeamSampler(Sampler):
             return ops.repeat(x, num_beams, axis=0)
 
         prompt = ops.convert_to_tensor(prompt, "int32")
-        batch = ops.shape(prompt)[0]
+        batch_beams = ops.shape(prompt)[0] * num_beams
         if mask is not None:
             mask = repeat(ops.convert_to_tensor(mask, "bool"))
         if end is not None and ops.ndim(ops.convert_to_tensor(end)) > 0:
@@ -143,10 +121,10 @@ class BeamSampler(Sampler):
         first = ops.cast(ops.arange(num_beams) > 0, "float32") * NEG
         return {
             **loop,
-            "beam_scores": ops.tile(first, (batch,)),
+            "beam_scores": ops.tile(first, (batch_beams // num_beams,)),
             "beam_finished_ids": loop["token_ids"],
-            "beam_finished_scores": ops.full((batch * num_beams,), NEG, "float32"),
-            "beam_finished": ops.zeros((batch * num_beams,), "bool"),
+            "beam_finished_scores": ops.full((batch_beams,), NEG, "float32"),
+            "beam_finished": ops.zeros((batch_beams,), "bool"),
         }
 
     def step(self, next, loop):
@@ -161,40 +139,33 @@ class BeamSampler(Sampler):
         def per_row(x):  # (batch * num_beams,) -> (batch,); beams agree
             return ops.reshape(x, (batch, num_beams))[:, 0]
 
+        def is_stop(tokens):
+            return ops.any(tokens[..., None] == loop["stop_token_ids"], axis=-1)
+
         prompt_length = per_row(ops.sum(ops.cast(loop["mask"], "int32"), axis=1))
         end = per_row(loop["end"])
-        # A row still inside its prompt, finished, or at its end keeps its
-        # beams and scores as they are.
+        # A row inside its prompt, finished or at its end keeps its beams.
         active = ops.logical_and(
             ops.logical_and(index >= prompt_length, index < end),
             ops.logical_not(per_row(loop["done"])),
         )
         last = index + 1 >= end
         generated = ops.cast(ops.maximum(index + 1 - prompt_length, 1), "float32")
-        # (batch, num_beams * vocab): the summed log-probs of every
-        # continuation of every beam.
+        # (batch, num_beams * vocab): summed log-probs of every continuation.
         totals = ops.reshape(log_probs + loop["beam_scores"][:, None], (batch, -1))
         tokens = ops.arange(num_beams * vocabulary_size, dtype="int32")
-        tokens = tokens % vocabulary_size
-        stop_tokens = loop["stop_token_ids"][None, :]
-        is_stop = ops.any(tokens[:, None] == stop_tokens, axis=-1)
-        # (batch, num_beams * vocab): continuations that finish a hypothesis.
-        ends = ops.logical_or(is_stop[None, :], last[:, None])
+        ends = ops.logical_or(is_stop(tokens % vocabulary_size)[None], last[:, None])
 
         # Only the num_beams best continuations may become hypotheses.
-        best, best_indices = ops.top_k(totals, num_beams)
-        best_indices = ops.cast(best_indices, "int32")
-        best_tokens = best_indices % vocabulary_size
-        best_ends = ops.logical_or(
-            ops.any(best_tokens[:, :, None] == stop_tokens[None], axis=-1),
-            last[:, None],
+        best, indices = ops.top_k(totals, num_beams)
+        indices = ops.cast(indices, "int32")
+        tokens = indices % vocabulary_size
+        accept = ops.logical_and(
+            ops.logical_or(is_stop(tokens), last[:, None]), active[:, None]
         )
+        best = best / ops.power(generated, self.length_penalty)[:, None]
         loop = self._add_finished(
-            loop,
-            best / ops.power(generated, self.length_penalty)[:, None],
-            best_indices // vocabulary_size,
-            best_tokens,
-            ops.logical_and(best_ends, active[:, None]),
+            loop, best, indices // vocabulary_size, tokens, accept
         )
 
         # The beams that go on: the best continuations that do not finish.
@@ -202,9 +173,8 @@ class BeamSampler(Sampler):
         indices = ops.cast(indices, "int32")
         keep = ops.arange(num_beams, dtype="int32")[None, :]
         parents = ops.where(active[:, None], indices // vocabulary_size, keep)
-        scores = ops.where(
-            active[:, None], scores, ops.reshape(loop["beam_scores"], (batch, -1))
-        )
+        previous = ops.reshape(loop["beam_scores"], (batch, num_beams))
+        scores = ops.where(active[:, None], scores, previous)
         beams = self._flat(parents, num_beams)
         state = keras.tree.map_structure(lambda x: ops.take(x, beams, 0), state)
         loop = {
@@ -212,15 +182,12 @@ class BeamSampler(Sampler):
             "token_ids": ops.take(loop["token_ids"], beams, axis=0),
             "beam_scores": ops.reshape(scores, (-1,)),
         }
-        loop = self.append(
-            loop, ops.reshape(indices % vocabulary_size, (-1,)), state
-        )
-        done = self._row_done(loop, scores[:, 0], generated, prompt_length, end)
-        done = ops.logical_or(
-            per_row(loop["done"]), ops.logical_and(active, ops.logical_or(last, done))
-        )
-        # Running beams never hold a stop token, so `append` cannot end a
-        # beam on its own: a row ends as a whole.
+        tokens = ops.reshape(indices % vocabulary_size, (-1,))
+        loop = self.append(loop, tokens, state)
+        # Running beams hold no stop token: a row ends as a whole, here.
+        stop = self._row_done(loop, scores[:, 0], generated, prompt_length, end)
+        stop = ops.logical_and(active, ops.logical_or(last, stop))
+        done = ops.logical_or(per_row(loop["done"]), stop)
         return {**loop, "done": ops.repeat(done, num_beams, axis=0)}
 
     def _add_finished(self, loop, scores, parents, tokens, accept):
@@ -228,9 +195,7 @@ class BeamSampler(Sampler):
         `num_beams` best finished hypotheses."""
         num_beams = self.num_beams
         batch = ops.shape(scores)[0]
-        candidates = ops.take(
-            loop["token_ids"], self._flat(parents, num_beams), axis=0
-        )
+        candidates = ops.take(loop["token_ids"], self._flat(parents, num_beams), 0)
         candidates = backend.update_slice(
             candidates, ops.reshape(tokens, (-1, 1)), loop["index"], axis=1
         )
@@ -242,36 +207,32 @@ class BeamSampler(Sampler):
                 [ops.reshape(finished, shape), ops.reshape(new, shape)], axis=1
             )
 
-        candidate_scores = ops.reshape(ops.where(accept, scores, NEG), (-1,))
-        merged = merge(loop["beam_finished_scores"], candidate_scores)
-        kept_scores, kept = ops.top_k(merged, num_beams)
+        new_scores = ops.reshape(ops.where(accept, scores, NEG), (-1,))
+        kept_scores, kept = ops.top_k(
+            merge(loop["beam_finished_scores"], new_scores), num_beams
+        )
         kept = self._flat(kept, 2 * num_beams)
-        ids = ops.reshape(merge(loop["beam_finished_ids"], candidates), (-1, length))
+        ids = merge(loop["beam_finished_ids"], candidates)
         flags = merge(loop["beam_finished"], ops.reshape(accept, (-1,)))
         return {
             **loop,
-            "beam_finished_ids": ops.take(ids, kept, axis=0),
+            "beam_finished_ids": ops.take(ops.reshape(ids, (-1, length)), kept, 0),
             "beam_finished_scores": ops.reshape(kept_scores, (-1,)),
-            "beam_finished": ops.take(ops.reshape(flags, (-1,)), kept, axis=0),
+            "beam_finished": ops.take(ops.reshape(flags, (-1,)), kept, 0),
         }
 
     def _row_done(self, loop, best_running, generated, prompt_length, end):
-        """`(batch,)`: rows that cannot gain a better hypothesis."""
-        num_beams = self.num_beams
-        finished = ops.reshape(loop["beam_finished"], (-1, num_beams))
-        scores = ops.reshape(loop["beam_finished_scores"], (-1, num_beams))
+        """`(batch,)`: rows whose hypotheses can no longer change."""
+        finished = ops.reshape(loop["beam_finished"], (-1, self.num_beams))
+        scores = ops.reshape(loop["beam_finished_scores"], (-1, self.num_beams))
         never = ops.logical_and(
-            self.early_stopping == EARLY_STOPPING["never"],
-            self.length_penalty > 0,
+            self.early_stopping == EARLY_STOPPING["never"], self.length_penalty > 0
         )
-        length = ops.where(
-            never, ops.cast(end - prompt_length, "float32"), generated
-        )
+        length = ops.where(never, ops.cast(end - prompt_length, "float32"), generated)
         best_possible = best_running / ops.power(length, self.length_penalty)
-        hopeless = best_possible <= ops.min(scores, axis=1)
-        early = ops.logical_or(
-            self.early_stopping == EARLY_STOPPING[True], hopeless
-        )
+        # `amin`, not `min`: keras' torch `min` does not compile in fullgraph.
+        hopeless = best_possible <= ops.amin(scores, axis=1)
+        early = ops.logical_or(self.early_stopping == EARLY_STOPPING[True], hopeless)
         return ops.logical_and(ops.all(finished, axis=1), early)
 
     def finish(self, loop):
@@ -283,15 +244,12 @@ class BeamSampler(Sampler):
         num_beams, n = self.num_beams, self.num_return_sequences
 
         def best(x):  # (batch * num_beams, ...) -> (batch * n, ...)
-            shape = (-1, num_beams) + tuple(ops.shape(x))[1:]
-            x = ops.reshape(x, shape)[:, :n]
+            x = ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x))[1:])[:, :n]
             return ops.reshape(x, (-1,) + tuple(ops.shape(x))[2:])
 
         finished = best(loop["beam_finished"])
         token_ids = ops.where(
-            finished[:, None],
-            best(loop["beam_finished_ids"]),
-            best(loop["token_ids"]),
+            finished[:, None], best(loop["beam_finished_ids"]), best(loop["token_ids"])
         )
         scores = ops.where(
             finished, best(loop["beam_finished_scores"]), best(loop["beam_scores"])

@@ -119,7 +119,8 @@ class ContrastiveSampler(Sampler):
         # Cosines are >= -1: -2 marks positions not yet in the context.
         earlier = ops.arange(length, dtype="int32") < index
         similarity = ops.where(earlier[None, None, :], similarity, -2.0)
-        penalty = ops.max(similarity, axis=-1)
+        # `amax`, not `max`: keras' torch `max` does not compile in fullgraph.
+        penalty = ops.amax(similarity, axis=-1)
         scores = (1 - self.alpha) * probabilities - self.alpha * penalty
         best = ops.argmax(scores, axis=-1)[:, None]
         token = ops.take_along_axis(candidates, ops.cast(best, "int32"), axis=1)

@@ -90,7 +90,8 @@ class CausalLM(keras.Model):
             loss: as in `keras.Model.compile`; `"auto"` is sparse
                 categorical cross-entropy on logits.
             sampler: a sampler name (`"greedy"`, `"random"`, `"top_k"`,
-                `"top_p"`, `"min_p"`) or a `keras_gen.samplers.Sampler`.
+                `"top_p"`, `"min_p"`, `"beam"`, `"contrastive"`) or a
+                `keras_gen.samplers.Sampler`.
             processors: `keras_gen.processors.LogitsProcessor`s (or their
                 names or configs) applied in order to every step's logits
                 before the sampler's temperature; `generate(processors=...)`
@@ -203,11 +204,16 @@ class CausalLM(keras.Model):
         Returns:
             A dict: `token_ids` `(batch, cache_length)` and each requested
             output, `(batch, cache_length, ...)`, written at the position of
-            the token it produced.
+            the token it produced. A sampler that returns `n` sequences per
+            prompt (beam search) gives `batch * n` rows and adds
+            `sequence_scores`.
         """
         loop = self._start_loop(inputs, prefill_length, outputs, processors)
         loop = self._run_loop(loop, processors)
-        return {"token_ids": self.sampler.finish(loop), **loop["outputs"]}
+        finished = self.sampler.finish(loop)
+        if not isinstance(finished, dict):  # beam search adds its scores
+            finished = {"token_ids": finished}
+        return {**finished, **loop["outputs"]}
 
     def make_generate_function(self, processors=None):
         """Build (once) and return the compiled generate function.

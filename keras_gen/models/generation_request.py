@@ -88,6 +88,17 @@ class GenerationRequest:
             stop_token_ids, backbone.vocabulary_size
         )
         self.outputs = tuple(name for name in STEP_OUTPUTS if name in outputs)
+        sampler = lm.sampler
+        if self.outputs and not sampler.supports_step_outputs:
+            raise ValueError(
+                f"{type(sampler).__name__} reorders its rows every step, so it "
+                f"has no per-step outputs: drop {list(self.outputs)} (beam "
+                "search returns `sequence_scores`)."
+            )
+        # Output rows: `n` per prompt (beam search's num_return_sequences).
+        n = self.rows_per_prompt = sampler.num_return_sequences
+        self.row_prompts = [prompt for prompt in prompts for _ in range(n)]
+        self.row_ends = [end for end in self.ends for _ in range(n)]
         self.processors = (
             lm.processors
             if processors is None
@@ -108,7 +119,6 @@ class GenerationRequest:
         stop_slots = self.stop_token_ids + [-1] * (
             STOP_TOKEN_SLOTS - len(self.stop_token_ids)
         )
-        sampler = lm.sampler
         self.program_inputs = {
             "token_ids": ops.convert_to_tensor(token_ids, "int32"),
             "padding_mask": ops.convert_to_tensor(mask, "bool"),
@@ -125,19 +135,20 @@ class GenerationRequest:
             "prefill_length": self.prefill_length,
             "outputs": self.outputs,
         }
-        # Host-side progress of each row: tokens handed out so far.
-        self.emitted = [len(p) for p in prompts]
-        self.finish_reasons = [None] * len(prompts)
+        # Host-side progress of each output row: tokens handed out so far.
+        rows = self.row_prompts
+        self.emitted = [len(p) for p in rows]
+        self.finish_reasons = [None] * len(rows)
         self.detokenizers = [
             IncrementalDetokenizer(self.tokenizer, prompt) if self.tokenizer else None
-            for prompt in prompts
+            for prompt in rows
         ]
-        self.shown_text = [""] * len(prompts)
+        self.shown_text = [""] * len(rows)
 
     def _advance_rows(self, token_ids, index):
         """Per row, the `[start, stop)` positions that became final."""
         spans = []
-        for r, (row, end) in enumerate(zip(token_ids, self.ends)):
+        for r, (row, end) in enumerate(zip(token_ids, self.row_ends)):
             start = self.emitted[r]
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
@@ -186,10 +197,14 @@ class GenerationRequest:
                 )
         if self.tokenizer is not None:
             record.text = [self._text(r, ids) for r, ids in enumerate(record.token_ids)]
+        if "sequence_scores" in outputs:
+            record.sequence_scores = ops.convert_to_numpy(
+                outputs["sequence_scores"]
+            ).tolist()
         if self.done:
             record.sequences = [
                 prompt + token_ids[r, len(prompt) : self.emitted[r]].tolist()
-                for r, prompt in enumerate(self.prompts)
+                for r, prompt in enumerate(self.row_prompts)
             ]
         return record
 
@@ -217,20 +232,22 @@ class GenerationRequest:
         return all(reason is not None for reason in self.finish_reasons)
 
     def format(self, record, strip_prompt=False):
-        """The final record in the form of the input (list, dict or text)."""
+        """The final record in the form of the input (list, dict or text).
+
+        With `n` sequences per prompt (beam search), each prompt's answer
+        is a list of `n`, best first; a dict answer stays flat.
+        """
         if self.form in (prompts_lib.TEXT, prompts_lib.TEXTS):
-            texts = record.text
+            rows = record.text
             if not strip_prompt:
-                texts = [
+                rows = [
                     detokenizer.prompt_text + text
-                    for detokenizer, text in zip(self.detokenizers, texts)
+                    for detokenizer, text in zip(self.detokenizers, rows)
                 ]
-            return texts[0] if self.form == prompts_lib.TEXT else texts
-        rows = record.token_ids if strip_prompt else record.sequences
-        if self.form == prompts_lib.SINGLE:
-            return rows[0]
-        if self.form == prompts_lib.BATCH:
-            return rows
-        width = max(self.width or 0, max(map(len, rows)))
-        token_ids, mask = prompts_lib.pack(rows, width)
-        return {"token_ids": token_ids, "padding_mask": mask}
+        else:
+            rows = record.token_ids if strip_prompt else record.sequences
+        if self.form == prompts_lib.DICT:
+            width = max(self.width or 0, max(map(len, rows)))
+            token_ids, mask = prompts_lib.pack(rows, width)
+            return {"token_ids": token_ids, "padding_mask": mask}
+        return prompts_lib.per_prompt(rows, self.form, self.rows_per_prompt)

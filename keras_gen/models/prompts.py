@@ -148,3 +148,27 @@ def pack(prompts, width):
         token_ids[i, : len(prompt)] = prompt
         mask[i, : len(prompt)] = True
     return token_ids, mask
+
+
+def plural(form):
+    """The form that answers each prompt of `form` with a list entry."""
+    return {SINGLE: BATCH, TEXT: TEXTS}.get(form, form)
+
+
+def per_prompt(values, form, n):
+    """Group the answer's `n` consecutive entries per prompt.
+
+    `values` answers every row in the `plural` of `form`. One prompt gets
+    its entry (`n == 1`) or a list of `n`; a batch, a list with one such
+    item per prompt. A dict answer (or a numpy array of scores for one)
+    stays flat: prompt `b`'s rows are `b * n` to `b * n + n - 1`.
+    """
+    if form == DICT:
+        return values
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    groups = [
+        values[i : i + n] if n > 1 else values[i]
+        for i in range(0, len(values), n)
+    ]
+    return groups[0] if form in (SINGLE, TEXT) else groups

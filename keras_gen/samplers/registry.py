@@ -1,5 +1,7 @@
 """Samplers by name."""
 
+from keras_gen.samplers.beam_sampler import BeamSampler
+from keras_gen.samplers.contrastive_sampler import ContrastiveSampler
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.min_p_sampler import MinPSampler
 from keras_gen.samplers.random_sampler import RandomSampler
@@ -13,6 +15,8 @@ SAMPLERS = {
     "top_k": TopKSampler,
     "top_p": TopPSampler,
     "min_p": MinPSampler,
+    "beam": BeamSampler,
+    "contrastive": ContrastiveSampler,
 }
 
 

@@ -80,6 +80,10 @@ class Sampler:
     # Logits processors applied by `process_logits`; `use_processors` sets
     # them for one call.
     processors = ()
+    # Whether `record` can fill per-step outputs (scores, logits, ...).
+    supports_step_outputs = True
+    # Sequences returned per prompt.
+    num_return_sequences = 1
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature

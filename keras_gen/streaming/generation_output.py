@@ -36,7 +36,8 @@ class GenerationOutput:
         sequences: in the final record only, per row the prompt followed by
             the new tokens.
         sequence_scores: beam search only: the length-normalised score of
-            each returned sequence.
+            each returned sequence. With `n` sequences per prompt the rows
+            are flat: prompt `b`'s are rows `b * n` to `b * n + n - 1`.
     """
 
     token_ids: list
@@ -48,6 +49,12 @@ class GenerationOutput:
     hidden_states: list = None
     sequences: list = None
     sequence_scores: list = None
+
+    def __getitem__(self, name):
+        """`record["sequences"]` reads like `record.sequences`."""
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
 
     @property
     def finished(self):

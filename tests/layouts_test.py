@@ -262,3 +262,11 @@ def test_cache_per_device_follows_the_formula(sharded_runs, key):
 def test_stream_under_model_parallel_joins_to_generate(sharded_runs):
     run = sharded_runs[("gpt2", (2, 4), None)]
     assert run["stream_tokens"] == run["tokens"]
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.slow
+def test_checkpoint_loads_sharded_under_a_distribution(sharded_runs):
+    run = sharded_runs[("gpt2", (2, 4), None)]
+    assert run["loaded"]["c_attn_spec"] == [None, "model"]
+    assert run["loaded"]["tokens"] == run["tokens"]

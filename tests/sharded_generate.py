@@ -12,12 +12,15 @@ distribution, generates greedily and records: the tokens and logits next to
 those of the same model on one device, each weight's sharding and the bytes
 each device holds, the sharding of the key/value cache inside the compiled
 loop (`jax.debug.inspect_array_sharding`), and how many programs were traced,
-compiled by XLA and called per `generate`.
+compiled by XLA and called per `generate`. For GPT-2 on the 2x4 mesh it
+also streams, and saves and reloads the model under the distribution.
 """
 
 import json
 import os
 import sys
+import tempfile
+import warnings
 
 import jax
 import keras
@@ -28,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import set_numpy_weights  # noqa: E402
 
 from keras_gen import backend  # noqa: E402
+from keras_gen.models import CausalLM  # noqa: E402
 from keras_gen.models import GPT2Backbone  # noqa: E402
 from keras_gen.models import GPT2CausalLM  # noqa: E402
 from keras_gen.models import LlamaBackbone  # noqa: E402
@@ -188,6 +192,21 @@ def count_calls(lm):
     return calls
 
 
+def load_under_distribution(lm):
+    """Save `lm`, load it back under the active distribution, generate."""
+    with tempfile.TemporaryDirectory() as path:
+        lm.save_pretrained(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no tokenizer in the folder
+            loaded = CausalLM.from_pretrained(path)
+    kernel = loaded.backbone.transformer_layers[0].c_attn.kernel.value
+    tokens, _ = generate(loaded)
+    return {
+        "c_attn_spec": [None if a is None else str(a) for a in kernel.sharding.spec],
+        "tokens": tokens,
+    }
+
+
 def run(name, num_key_value_heads, mesh_shape, compiles):
     keras.distribution.set_distribution(None)
     reference_tokens, reference_logits = generate(build(name, num_key_value_heads)[0])
@@ -210,11 +229,12 @@ def run(name, num_key_value_heads, mesh_shape, compiles):
             "calls": calls[0],
         }
         specs, weight_bytes = weight_report(lm)
-        stream = None
+        stream = loaded = None
         if (name, mesh_shape) == ("gpt2", (2, 4)):
             chunks = lm.stream(PROMPTS, max_new_tokens=MAX_NEW_TOKENS)
             joined = GenerationOutput.join(list(chunks))
             stream = [list(map(int, row)) for row in joined.token_ids]
+            loaded = load_under_distribution(lm)
         return {
             "model": name,
             "mesh": list(mesh_shape),
@@ -223,6 +243,7 @@ def run(name, num_key_value_heads, mesh_shape, compiles):
             "reference_tokens": reference_tokens,
             "again_tokens": again,
             "stream_tokens": stream,
+            "loaded": loaded,
             # The smallest gap between the best and second-best logit of a
             # greedy step on one device: the tokens are robust if it dwarfs
             # the sharded logits' difference.

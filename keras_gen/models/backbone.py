@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_gen import layouts
 
+
 class Backbone(keras.Model):
     """A decoder-only transformer that `CausalLM` can generate with.
 
@@ -98,15 +99,15 @@ class Backbone(keras.Model):
             cache_length or length,
             self.head_dim,
         )
-        # Under a `keras.distribution`, rows split over the data axis and
-        # the cache's heads over the model axis (see `layouts`).
+        # Under a `keras.distribution` rows split over the data axis; the
+        # cache is laid out by `CachedAttention` (see `layouts`).
         token_ids = layouts.shard_batch(token_ids)
         x = self.embed(token_ids, 0)
         state = []
         for block in self.transformer_layers:
             empty = (
-                layouts.shard_heads(ops.zeros(cache_shape, dtype=self.compute_dtype)),
-                layouts.shard_heads(ops.zeros(cache_shape, dtype=self.compute_dtype)),
+                ops.zeros(cache_shape, dtype=self.compute_dtype),
+                ops.zeros(cache_shape, dtype=self.compute_dtype),
             )
             x, cache = block(x, cache=empty, index=0, seed_cache=True)
             state.append(cache)

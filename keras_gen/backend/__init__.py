@@ -102,6 +102,38 @@ def uniform(shape, seed):
     return _impl.uniform(shape, seed)
 
 
+def distribute_tensor(x, layout):
+    """`x` laid out across devices as `layout` (a `keras.distribution.TensorLayout`).
+
+    JAX: inside a compiled program a sharding constraint
+    (`jax.lax.with_sharding_constraint`) that XLA's partitioner honours;
+    outside one, the value moved onto the layout's devices. Other backends
+    run on one device (see `check_distribution`) and return `x` unchanged.
+    `layout=None` leaves `x` as it is on every backend.
+    """
+    if layout is None:
+        return x
+    return _impl.distribute_tensor(x, layout)
+
+
+def check_distribution():
+    """Raise if a `keras.distribution` is set that this backend cannot honour.
+
+    Sharded generation runs on JAX only: there the compiled program is
+    partitioned by XLA across the distribution's device mesh. TensorFlow and
+    torch would silently run on one device, so they refuse instead.
+    """
+    distribution = keras.distribution.distribution()
+    if distribution is not None and not _impl.DISTRIBUTED:
+        raise RuntimeError(
+            "keras-gen generates across devices on the JAX backend only, but "
+            f"a keras.distribution is set ({distribution}) and the active "
+            f"backend is {name()!r}. Set KERAS_BACKEND=jax to shard "
+            "generation, or call keras.distribution.set_distribution(None) "
+            "to generate on one device."
+        )
+
+
 def no_grad():
     """A context in which no gradients are recorded (a no-op but on torch)."""
     return _impl.no_grad()

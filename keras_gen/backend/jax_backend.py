@@ -7,6 +7,9 @@ import keras
 
 from keras_gen import backend
 
+# XLA partitions a compiled program across a `keras.distribution` mesh.
+DISTRIBUTED = True
+
 
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
@@ -63,6 +66,11 @@ def uniform(shape, seed):
         jax.numpy.asarray(seed).astype("uint32"), impl="threefry2x32"
     )
     return jax.random.uniform(key, shape, dtype="float32")
+
+
+def distribute_tensor(x, layout):
+    # A sharding constraint while tracing, a `device_put` otherwise.
+    return keras.distribution.distribute_tensor(x, layout)
 
 
 def no_grad():

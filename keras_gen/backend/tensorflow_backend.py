@@ -7,6 +7,9 @@ from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
 from keras_gen import backend
 
+# A `keras.distribution` is refused: see `backend.check_distribution`.
+DISTRIBUTED = False
+
 
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
@@ -17,7 +20,13 @@ def compile_function(
         backend.count_trace()
         return fn(*args, **kwargs)
 
-    return tf.function(traced_fn, jit_compile=jit_compile, autograph=False)
+    function = tf.function(traced_fn, jit_compile=jit_compile, autograph=False)
+
+    def call(*args, **kwargs):
+        backend.check_distribution()
+        return function(*args, **kwargs)
+
+    return call
 
 
 def while_loop(cond, body, loop_state, jit_compile=True):
@@ -67,6 +76,10 @@ def uniform(shape, seed):
     return tf.random.stateless_uniform(
         shape, seed=tf.cast(seed, "int32"), dtype="float32"
     )
+
+
+def distribute_tensor(x, layout):
+    return x
 
 
 def no_grad():

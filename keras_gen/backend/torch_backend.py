@@ -12,6 +12,9 @@ import torch
 
 from keras_gen import backend
 
+# A `keras.distribution` is refused: see `backend.check_distribution`.
+DISTRIBUTED = False
+
 # The graph compiler behind `torch.compile`: "inductor" (the default, fast
 # code), another torch.compile backend such as "aot_eager" (quick to
 # compile), or "none" to run the loop step eagerly.
@@ -45,6 +48,7 @@ def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):
     def call(*args, **kwargs):
+        backend.check_distribution()
         with torch.no_grad():
             return fn(*args, **kwargs)
 
@@ -113,6 +117,10 @@ def uniform(shape, seed):
     key = _mix(_mix(seed[0] + 0x9E3779B9) ^ seed[1])
     bits = _mix(_mix(counter ^ key) + key)
     return ((bits >> 8).to(torch.float32) * (1.0 / (1 << 24))).reshape(shape)
+
+
+def distribute_tensor(x, layout):
+    return x
 
 
 def no_grad():

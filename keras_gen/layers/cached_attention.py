@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_gen import backend
+from keras_gen import layouts
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -49,12 +50,15 @@ class CachedAttention(keras.layers.Layer):
 
     def call(self, query, key, value, cache=None, index=0, seed_cache=False):
         query_length = ops.shape(query)[2]
+        # Under a `keras.distribution` each device attends with its own
+        # heads (and rows): no-ops otherwise.
+        query, key, value = map(layouts.shard_heads, (query, key, value))
         keys, values, key_start = key, value, index
         if cache is not None:
             key_cache, value_cache = cache
             key_cache = backend.update_slice(key_cache, key, index, axis=2)
             value_cache = backend.update_slice(value_cache, value, index, axis=2)
-            cache = (key_cache, value_cache)
+            cache = (layouts.shard_heads(key_cache), layouts.shard_heads(value_cache))
             if not seed_cache:
                 keys, values, key_start = key_cache, value_cache, 0
         key_length = ops.shape(keys)[2]

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_gen import layouts
+
 
 class Backbone(keras.Model):
     """A decoder-only transformer that `CausalLM` can generate with.
@@ -31,6 +33,45 @@ class Backbone(keras.Model):
     """
 
     max_sequence_length = None
+
+    @classmethod
+    def get_layout_map(
+        cls,
+        device_mesh,
+        model_parallel_dim_name="model",
+        data_parallel_dim_name="batch",
+    ):
+        """A `keras.distribution.LayoutMap` that shards this architecture.
+
+        Give it to `keras.distribution.ModelParallel` and create the model
+        under that distribution: each weight is then split over the
+        `model_parallel_dim_name` axis of `device_mesh` (attention by heads,
+        the MLP column- then row-parallel, embeddings and output head) and
+        whole on every replica of the `data_parallel_dim_name` axis. The map
+        also holds the layout of the key/value cache, which `generate` lays
+        out inside its compiled program: batch over the data axis, heads
+        over the model axis.
+
+        Args:
+            device_mesh: a `keras.distribution.DeviceMesh`.
+            model_parallel_dim_name: str, the mesh axis that splits weights.
+            data_parallel_dim_name: str, the mesh axis that splits the batch.
+
+        Examples:
+        >>> mesh = keras.distribution.DeviceMesh(
+        ...     (2, 4), ["batch", "model"], keras.distribution.list_devices()
+        ... )  # doctest: +SKIP
+        >>> layout_map = GPT2Backbone.get_layout_map(mesh)  # doctest: +SKIP
+        >>> keras.distribution.set_distribution(
+        ...     keras.distribution.ModelParallel(
+        ...         layout_map=layout_map, batch_dim_name="batch"
+        ...     )
+        ... )  # doctest: +SKIP
+        """
+        raise NotImplementedError(
+            f"{cls.__name__} has no layout map; see "
+            "`GPT2Backbone.get_layout_map` for one."
+        )
 
     def embed(self, token_ids, index, training=False):
         """`(batch, length)` token ids at positions from `index` to vectors."""
@@ -74,6 +115,9 @@ class Backbone(keras.Model):
             cache_length or length,
             self.head_dim,
         )
+        # Under a `keras.distribution` rows split over the data axis; the
+        # cache is laid out by `CachedAttention` (see `layouts`).
+        token_ids = layouts.shard_batch(token_ids)
         x = self.embed(token_ids, 0)
         state = []
         for block in self.transformer_layers:
@@ -86,6 +130,7 @@ class Backbone(keras.Model):
         return self.final_norm(x), tuple(state)
 
     def call_with_state(self, token_ids, state, index):
+        token_ids = layouts.shard_batch(token_ids)
         x = self.embed(token_ids, index)
         new_state = []
         for block, cache in zip(self.transformer_layers, state):

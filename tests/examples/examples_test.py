@@ -1,5 +1,8 @@
+import os
 import pathlib
 import runpy
+import subprocess
+import sys
 
 import pytest
 
@@ -10,3 +13,29 @@ EXAMPLES = pathlib.Path(__file__).parents[2] / "examples"
 def test_example_runs(name, capsys):
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     assert "[[1, 2, 3" in capsys.readouterr().out
+
+
+@pytest.mark.only_backend("jax")
+def test_distributed_generate_runs_on_8_devices():
+    # A subprocess: the example fakes 8 CPU devices before JAX starts.
+    root = EXAMPLES.parent
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "PYTHONPATH": os.pathsep.join(
+            [str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        ),
+    }
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "distributed_generate.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded as PartitionSpec(None, 'model')" in result.stdout or (
+        "sharded as P(None, 'model')" in result.stdout
+    )
+    assert "[[1, 2, 3" in result.stdout

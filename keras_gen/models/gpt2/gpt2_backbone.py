@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_gen import layouts
 from keras_gen.models.backbone import Backbone
 from keras_gen.models.gpt2.gpt2_block import GPT2Block
 
@@ -107,6 +108,45 @@ class GPT2Backbone(Backbone):
 
     def compute_logits(self, hidden_states):
         return self.tied_logits(self.wte, hidden_states)
+
+    @classmethod
+    def get_layout_map(
+        cls,
+        device_mesh,
+        model_parallel_dim_name="model",
+        data_parallel_dim_name="batch",
+    ):
+        """Tensor-parallel layouts for GPT-2; see `Backbone.get_layout_map`.
+
+        `c_attn`, `c_fc`: column-parallel (output split over the model
+        axis); `c_proj`, `mlp_c_proj`: row-parallel (input split), so each
+        block needs one all-reduce after attention and one after the MLP.
+        `wte` (also the tied output head) and `wpe` split the hidden
+        dimension, which the model axis always divides when it divides the
+        heads (GPT-2's vocabulary of 50257 divides by nothing useful).
+
+        The fused `c_attn` kernel `(hidden, 3 * hidden)` stays in the
+        checkpoint's layout, so its column split gives each device a
+        contiguous run of the `[q | k | v]` columns, not the same heads of
+        q, k and v. `CachedAttention` constrains q, k and v to be split by
+        heads, so XLA moves the `(batch, length, 3 * hidden)` activations
+        into head order once per block (a small collective, not a copy of
+        weights); attention and the cache are then split by heads. Every
+        weight is stored once across the model axis.
+
+        The number of heads must be divisible by the model axis size.
+        """
+        model = model_parallel_dim_name
+        block = r"(.*/)?h_\d+/"
+        rules = [
+            (r"(.*/)?(wte|wpe)/embeddings", (None, model)),
+            (block + r"(c_attn|c_fc)/kernel", (None, model)),
+            (block + r"(c_attn|c_fc)/bias", (model,)),
+            (block + r"(c_proj|mlp_c_proj)/kernel", (model, None)),
+        ]
+        return layouts.make_layout_map(
+            device_mesh, rules, model, data_parallel_dim_name
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_gen import layouts
 from keras_gen.layers.rms_normalization import RMSNormalization
 from keras_gen.layers.rotary_embedding import RotaryEmbedding
 from keras_gen.models.backbone import Backbone
@@ -181,6 +182,39 @@ class LlamaBackbone(Backbone):
         if self.lm_head is None:
             return self.tied_logits(self.embed_tokens, hidden_states)
         return ops.cast(self.lm_head(hidden_states), "float32")
+
+    @classmethod
+    def get_layout_map(
+        cls,
+        device_mesh,
+        model_parallel_dim_name="model",
+        data_parallel_dim_name="batch",
+    ):
+        """Tensor-parallel layouts for the Llama family; see `Backbone`.
+
+        `q_proj`, `k_proj`, `v_proj`, `gate_proj`, `up_proj`: column-parallel
+        (output split over the model axis, so by heads); `o_proj`,
+        `down_proj`: row-parallel. `embed_tokens` splits the hidden
+        dimension, `lm_head` the vocabulary.
+
+        The query heads must be divisible by the model axis size. When the
+        key/value heads are not (e.g. 4 on a model axis of 8), `k_proj` and
+        `v_proj` are still split by columns but the cache keeps all its
+        key/value heads on every device of the model axis.
+        """
+        model = model_parallel_dim_name
+        block = r"(.*/)?layers_\d+/"
+        columns = r"(q_proj|k_proj|v_proj|gate_proj|up_proj)"
+        rules = [
+            (r"(.*/)?embed_tokens/embeddings", (None, model)),
+            (r"(.*/)?lm_head/kernel", (None, model)),
+            (block + columns + "/kernel", (None, model)),
+            (block + columns + "/bias", (model,)),
+            (block + r"(o_proj|down_proj)/kernel", (model, None)),
+        ]
+        return layouts.make_layout_map(
+            device_mesh, rules, model, data_parallel_dim_name
+        )
 
     def get_config(self):
         config = super().get_config()

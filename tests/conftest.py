@@ -15,14 +15,6 @@ import pytest  # noqa: E402
 
 from keras_gen import backend  # noqa: E402
 
-if keras.config.backend() == "torch":
-    import torch
-
-    # Every compiled loop step is the same code object (the body in
-    # `Sampler.run`), and dynamo keeps at most `recompile_limit` (default 8)
-    # programs per code object; the suite builds more than 8 (models,
-    # samplers, batch sizes).
-    torch._dynamo.config.recompile_limit = 64
 from keras_gen.models import GPT2Backbone  # noqa: E402
 from keras_gen.models import GPT2CausalLM  # noqa: E402
 

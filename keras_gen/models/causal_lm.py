@@ -403,6 +403,11 @@ class CausalLM(keras.Model):
         chunk_size = check_count("stream_chunk_size", chunk_size)
         if max_time is not None:
             max_time = check_positive("max_time", max_time)
+        if request.rows_per_prompt != 1:
+            raise ValueError(
+                "A stream returns one sequence per prompt: set the sampler's "
+                f"`num_return_sequences` to 1 (it is {request.rows_per_prompt})."
+            )
         return self._chunks(request, streamer, max_time, chunk_size)
 
     def _chunks(self, request, streamer, max_time, chunk_size):
@@ -416,15 +421,12 @@ class CausalLM(keras.Model):
                     until = min(index + chunk_size, request.cache_length)
                     loop["until"] = ops.convert_to_tensor(until, "int32")
                     loop = advance(loop)
-                    index = int(ops.convert_to_numpy(loop["index"]))
                     time_is_up = (
                         max_time is not None
                         and time.monotonic() - started >= max_time
                     )
                     chunk = request.read(
-                        {"token_ids": loop["token_ids"], **loop["outputs"]},
-                        index,
-                        time_is_up,
+                        *self.sampler.stream_view(loop), time_is_up
                     )
                     if streamer is not None:
                         streamer.put(chunk)

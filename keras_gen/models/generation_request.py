@@ -145,10 +145,12 @@ class GenerationRequest:
         ]
         self.shown_text = [""] * len(rows)
 
-    def _advance_rows(self, token_ids, index):
+    def _advance_rows(self, token_ids, limits):
         """Per row, the `[start, stop)` positions that became final."""
+        if isinstance(limits, int):
+            limits = [limits] * len(self.row_ends)
         spans = []
-        for r, (row, end) in enumerate(zip(token_ids, self.row_ends)):
+        for r, (row, end, index) in enumerate(zip(token_ids, self.row_ends, limits)):
             start = self.emitted[r]
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
@@ -168,17 +170,18 @@ class GenerationRequest:
             self.emitted[r] = stop
         return spans
 
-    def read(self, outputs, index, time_is_up=False):
+    def read(self, outputs, limits, time_is_up=False):
         """The record of what the rows produced since the last `read`.
 
         Args:
             outputs: the program's output dict of arrays (`token_ids` and
-                the requested per-step outputs), or the loop state.
-            index: how many positions the program has generated up to.
+                the requested per-step outputs).
+            limits: how many positions are final: one int for every row,
+                or one per row.
             time_is_up: end every running row with reason `"time"`.
         """
         token_ids = np.asarray(ops.convert_to_numpy(outputs["token_ids"]))
-        spans = self._advance_rows(token_ids, index)
+        spans = self._advance_rows(token_ids, limits)
         if time_is_up:
             self.finish_reasons = [reason or "time" for reason in self.finish_reasons]
         record = GenerationOutput(

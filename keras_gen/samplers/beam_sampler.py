@@ -1,6 +1,7 @@
 """Beam search."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_gen import backend
@@ -259,6 +260,34 @@ class BeamSampler(Sampler):
             finished, best(loop["beam_finished_scores"]), best(loop["beam_scores"])
         )
         return {"token_ids": token_ids, "sequence_scores": scores}
+
+    def stream_view(self, loop):
+        """Per row, the tokens every hypothesis that can still win agrees on.
+
+        The live beams and the finished hypotheses of a row share a prefix:
+        it is final, whichever of them wins. A finished row hands out the
+        rest of its best hypothesis. Needs `num_return_sequences=1`.
+        """
+        n = self.num_beams
+        index = int(ops.convert_to_numpy(loop["index"]))
+
+        def rows(name):  # (batch * num_beams, ...) -> (batch, num_beams, ...)
+            x = np.asarray(ops.convert_to_numpy(loop[name]))
+            return x.reshape((-1, n) + x.shape[1:])
+
+        beams, finished_ids = rows("token_ids"), rows("beam_finished_ids")
+        live, finished = rows("beam_scores") > NEG / 2, rows("beam_finished")
+        done = rows("done").all(1) | (rows("end")[:, 0] <= index)
+        best = np.asarray(ops.convert_to_numpy(self.finish(loop)["token_ids"]))
+        limits = []
+        for b in range(len(beams)):
+            candidates = np.concatenate([beams[b][live[b]], finished_ids[b][finished[b]]])
+            agree = (candidates == candidates[:1]).all(0)[:index]
+            limits.append(len(agree) if agree.all() else int(np.argmin(agree)))
+            if not done[b]:
+                best[b] = candidates[0]
+        limits = [len(best[0]) if d else limit for d, limit in zip(done, limits)]
+        return {"token_ids": best}, limits
 
     def get_config(self):
         return {

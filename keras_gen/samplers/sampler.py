@@ -288,6 +288,17 @@ class Sampler:
             self.cond, lambda loop: self.step(next, loop), loop
         )
 
+    def stream_view(self, loop):
+        """What a stream may hand out so far: `(outputs, limits)`.
+
+        `outputs` holds `token_ids` (one row per returned sequence) and the
+        per-step outputs; `limits` is how many positions of each row are
+        final (a scalar for all rows here: the loop's `index`). Host side,
+        between compiled chunks.
+        """
+        outputs = {"token_ids": loop["token_ids"], **loop["outputs"]}
+        return outputs, int(ops.convert_to_numpy(loop["index"]))
+
     def finish(self, loop):
         """The generated `(batch, max_length)` token ids."""
         return loop["token_ids"]

@@ -32,7 +32,12 @@ def assert_records_equal(joined, final):
 
 @pytest.mark.parametrize(
     "sampler",
-    ["greedy", samplers.TopKSampler(k=5), samplers.TopPSampler(p=0.8)],
+    [
+        "greedy",
+        samplers.TopKSampler(k=5),
+        samplers.TopPSampler(p=0.8),
+        samplers.ContrastiveSampler(k=4, alpha=0.6),
+    ],
 )
 @pytest.mark.parametrize("rich", [False, True])
 def test_joined_stream_equals_generate(gpt2_lm, sampler, rich):
@@ -43,6 +48,28 @@ def test_joined_stream_equals_generate(gpt2_lm, sampler, rich):
     assert len(chunks) >= 4
     assert_records_equal(GenerationOutput.join(chunks), final)
     assert final.sequences == [p + t for p, t in zip(PROMPTS, final.token_ids)]
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_beam_streams_what_every_hypothesis_agrees_on(gpt2_lm, stop):
+    gpt2_lm.compile(sampler=samplers.BeamSampler(num_beams=3))
+    kwargs = dict(max_new_tokens=12, stop_token_ids=None)
+    if stop:
+        free = gpt2_lm.generate(PROMPTS, strip_prompt=True, **kwargs)
+        kwargs["stop_token_ids"] = [free[0][3]]
+    final = gpt2_lm.generate(PROMPTS, return_dict=True, **kwargs)
+    chunks = list(gpt2_lm.stream(PROMPTS, stream_chunk_size=2, **kwargs))
+    joined = GenerationOutput.join(chunks)
+    assert joined.token_ids == final.token_ids
+    assert joined.finish_reasons == final.finish_reasons
+    if not stop:  # agreed prefixes are streamed before the search ends
+        assert sum(len(t) for c in chunks[:-1] for t in c.token_ids) > 0
+
+
+def test_beam_stream_needs_one_sequence_per_prompt(gpt2_lm):
+    gpt2_lm.compile(sampler=samplers.BeamSampler(num_beams=3, num_return_sequences=2))
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        gpt2_lm.stream([1, 2], max_new_tokens=3)
 
 
 def test_rows_finish_with_their_reason(gpt2_lm):

@@ -1,11 +1,10 @@
 """The base logits processor and the helpers the built-in ones share."""
 
-import contextlib
-
 import numpy as np
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.utils.tunable import Tunable
 
 NEG_INF = float("-inf")
 
@@ -74,7 +73,7 @@ def count_tokens(prompt, weights, vocabulary_size):
     return backend.count_tokens(prompt, weights, vocabulary_size)
 
 
-class LogitsProcessor:
+class LogitsProcessor(Tunable):
     """Base class for logits processors: change next-token logits, row by row.
 
     A processor is a pure, shape-preserving function of the logits and the
@@ -119,31 +118,6 @@ class LogitsProcessor:
         `stop_token_ids`) override this.
         """
         return self(logits, loop["token_ids"], loop["index"], loop["mask"])
-
-    def get_parameters(self):
-        """The tunable numbers, checked: a dict of numbers or numpy arrays."""
-        return {}
-
-    def get_parameter_tensors(self):
-        """`get_parameters()` as tensors (ints int32, floats float32)."""
-        tensors = {}
-        for name, value in self.get_parameters().items():
-            value = np.asarray(value)
-            dtype = "int32" if np.issubdtype(value.dtype, np.integer) else "float32"
-            tensors[name] = ops.convert_to_tensor(value, dtype)
-        return tensors
-
-    @contextlib.contextmanager
-    def bind(self, parameters):
-        """Within the context, `self.<name>` reads the given tensors."""
-        saved = {name: getattr(self, name) for name in parameters}
-        try:
-            for name, value in parameters.items():
-                setattr(self, name, value)
-            yield self
-        finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
 
     def get_token_ids(self):
         """Token ids this processor refers to; `generate` checks them."""

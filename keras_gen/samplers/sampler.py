@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen.samplers import stopping
+from keras_gen.utils.tunable import Tunable
 
 
 def check_positive(name, value):
@@ -37,7 +38,7 @@ def check_count(name, value, allow_none=False):
     return value
 
 
-class Sampler:
+class Sampler(Tunable):
     """Base class for samplers: turns logits into tokens, step by step.
 
     The base class owns the generation loop. A sampler that picks one token
@@ -93,29 +94,6 @@ class Sampler:
     def get_parameters(self):
         """The tunable numbers, checked, as a dict of Python numbers."""
         return {"temperature": check_positive("temperature", self.temperature)}
-
-    def get_parameter_tensors(self):
-        """`get_parameters()` as tensors: the compiled program's inputs."""
-        return {
-            name: ops.convert_to_tensor(value, "float32")
-            for name, value in self.get_parameters().items()
-        }
-
-    @contextlib.contextmanager
-    def bind(self, parameters):
-        """Within the context, read the tunable numbers from `parameters`.
-
-        The compiled program calls this with its tensor inputs, so that
-        `get_next_token` reads `self.temperature`, `self.k`, ... as tensors.
-        """
-        saved = {name: getattr(self, name) for name in parameters}
-        try:
-            for name, value in parameters.items():
-                setattr(self, name, value)
-            yield self
-        finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
 
     def get_next_token(self, logits, seed):
         """Pick `(batch,)` token ids from `(batch, vocab)` float32 logits.

@@ -425,7 +425,12 @@ COMMANDS = {"generate": run_generate, "serve": run_serve, "bench": run_bench}
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # `bench` passes arguments it does not know on to the benchmark.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "bench":
+        args.args = [*args.args, *unknown]
     try:
         select_backend(getattr(args, "backend", None))
         return COMMANDS[args.command](args)

@@ -270,12 +270,13 @@ def build_sampler(args, defaults):
     return name, sampler, filters
 
 
-def build_processors(args):
+def build_processors(args, defaults):
     from keras_gen import processors
 
     chain = []
-    if args.repetition_penalty is not None:
-        chain.append(processors.RepetitionPenalty(args.repetition_penalty))
+    repetition_penalty = args.repetition_penalty or defaults.get("repetition_penalty")
+    if repetition_penalty not in (None, 1, 1.0):
+        chain.append(processors.RepetitionPenalty(repetition_penalty))
     if args.presence_penalty is not None:
         chain.append(processors.PresencePenalty(args.presence_penalty))
     if args.frequency_penalty is not None:
@@ -318,7 +319,7 @@ def run_generate(args):
     options = dict(
         max_new_tokens=max_new_tokens,
         seed=args.seed,
-        processors=build_processors(args) + filters,
+        processors=build_processors(args, defaults) + filters,
         stop_strings=args.stop or None,
     )
     loaded = time.perf_counter()

@@ -228,7 +228,13 @@ def main(argv=None):
     with open(generation_config_file) as f:
         generation_config = json.load(f)
     generation_config.update(
-        {"do_sample": True, "temperature": 0.8, "top_k": 40, "max_new_tokens": 64}
+        {
+            "do_sample": True,
+            "temperature": 0.8,
+            "top_k": 40,
+            "repetition_penalty": 1.2,
+            "max_new_tokens": 64,
+        }
     )
     with open(generation_config_file, "w") as f:
         json.dump(generation_config, f, indent=2)
@@ -266,8 +272,13 @@ def main(argv=None):
     with open(os.path.join(output, "training.json"), "w") as f:
         json.dump(record, f, indent=2)
     print(f"wrote {output}", flush=True)
+    # Small models loop when decoding greedily; a repetition penalty helps.
+    from keras_gen import processors
+
+    penalty = [processors.RepetitionPenalty(1.3)]
     for prompt in ("The for statement", "A class definition", "Exceptions are"):
-        sample = lm.generate(prompt, max_new_tokens=40, seed=0)
+        length = min(40, args.sequence_length // 2)
+        sample = lm.generate(prompt, max_new_tokens=length, processors=penalty)
         print(repr(sample), flush=True)
     return record
 

@@ -136,7 +136,10 @@ class BatchScheduler:
                         break
                     self._condition.wait(remaining)
             finally:
-                del self._gathering[key]
+                # Another worker may have opened a batch for the same key
+                # since (this one was full): leave that one open.
+                if self._gathering.get(key) is batch:
+                    del self._gathering[key]
             return [job for job in batch if not job.cancelled]
 
     def _work(self):

@@ -74,17 +74,8 @@ def _add_common(parser):
     )
 
 
-def build_parser():
-    parser = ArgumentParser(
-        prog="keras-gen",
-        description="Compiled text generation with Keras 3.",
-    )
-    parser.add_argument("--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(
-        dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
-    )
-    commands.required = True
-
+def _add_generate(commands):
+    """The `generate` command and its flags."""
     generate = commands.add_parser(
         "generate",
         help="generate text from a prompt",
@@ -124,6 +115,9 @@ def build_parser():
         help="print one JSON object: text, tokens, finish reason, timing",
     )
 
+
+def _add_serve(commands):
+    """The `serve` command and its flags."""
     serve = commands.add_parser(
         "serve",
         help="serve a model over HTTP (OpenAI-style API)",
@@ -146,6 +140,9 @@ def build_parser():
         help="the name clients use in requests (default: the --model value)",
     )
 
+
+def _add_bench(commands):
+    """The `bench` command."""
     bench = commands.add_parser(
         "bench",
         help="run tools/benchmark.py's default workload",
@@ -157,6 +154,22 @@ def build_parser():
         help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog="keras-gen",
+        description="Compiled text generation with Keras 3.",
+    )
+    parser.add_argument("--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(
+        dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
+    )
+    commands.required = True
+
+    _add_generate(commands)
+    _add_serve(commands)
+    _add_bench(commands)
     return parser
 
 

@@ -7,6 +7,7 @@ with `"stream": true`, as server-sent events ending with `data: [DONE]`.
 """
 
 import asyncio
+import contextlib
 import json
 import time
 import types
@@ -233,57 +234,8 @@ async def _complete(job, completion):
     return completion.response()
 
 
-def create_app(
-    lm,
-    model_name="demo",
-    max_batch_size=8,
-    batch_wait_seconds=0.01,
-    num_workers=4,
-    stream_chunk_size=4,
-    max_body_bytes=MAX_BODY_BYTES,
-):
-    """A FastAPI app serving `lm` with the OpenAI completions API.
-
-    Args:
-        lm: a `keras_gen.models.CausalLM` with a tokenizer.
-        model_name: str, the name clients pass as `model`.
-        max_batch_size, batch_wait_seconds, num_workers, stream_chunk_size:
-            see `BatchScheduler`.
-        max_body_bytes: int, larger request bodies get a 413.
-
-    Examples:
-    >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
-    >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
-    """
-    import keras
-
-    if lm.tokenizer is None:
-        raise ValueError("The served model needs a tokenizer.")
-    scheduler = BatchScheduler(
-        lm,
-        max_batch_size=max_batch_size,
-        batch_wait_seconds=batch_wait_seconds,
-        num_workers=num_workers,
-        stream_chunk_size=stream_chunk_size,
-    )
-    served = types.SimpleNamespace(
-        name=model_name,
-        tokenizer=lm.tokenizer,
-        vocabulary_size=lm.backbone.vocabulary_size,
-        context_length=lm.backbone.max_sequence_length,
-        chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
-        max_batch_size=max_batch_size,
-    )
-    started = int(time.time())
-
-    async def lifespan(app):
-        scheduler.start()
-        yield
-        await asyncio.to_thread(scheduler.close)
-
-    app = fastapi.FastAPI(title="keras-gen", lifespan=lifespan)
-    app.state.scheduler = scheduler
-    app.state.served = served
+def _add_error_handlers(app):
+    """Every error, ours or the framework's, in the OpenAI error shape."""
 
     @app.exception_handler(APIError)
     async def api_error(request, error):
@@ -304,6 +256,13 @@ def create_app(
                 type="server_error",
             )
         )
+
+
+def _add_routes(app, scheduler, served, started, max_body_bytes):
+    """The four endpoints."""
+    import keras
+
+    model_name = served.name
 
     @app.get("/health")
     async def health():
@@ -351,6 +310,60 @@ def create_app(
     async def chat_completions(request: fastapi.Request):
         return await generate(request, "chat")
 
+
+def create_app(
+    lm,
+    model_name="demo",
+    max_batch_size=8,
+    batch_wait_seconds=0.01,
+    num_workers=4,
+    stream_chunk_size=4,
+    max_body_bytes=MAX_BODY_BYTES,
+):
+    """A FastAPI app serving `lm` with the OpenAI completions API.
+
+    Args:
+        lm: a `keras_gen.models.CausalLM` with a tokenizer.
+        model_name: str, the name clients pass as `model`.
+        max_batch_size, batch_wait_seconds, num_workers, stream_chunk_size:
+            see `BatchScheduler`.
+        max_body_bytes: int, larger request bodies get a 413.
+
+    Examples:
+    >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
+    """
+    if lm.tokenizer is None:
+        raise ValueError("The served model needs a tokenizer.")
+    scheduler = BatchScheduler(
+        lm,
+        max_batch_size=max_batch_size,
+        batch_wait_seconds=batch_wait_seconds,
+        num_workers=num_workers,
+        stream_chunk_size=stream_chunk_size,
+    )
+    served = types.SimpleNamespace(
+        name=model_name,
+        tokenizer=lm.tokenizer,
+        vocabulary_size=lm.backbone.vocabulary_size,
+        context_length=lm.backbone.max_sequence_length,
+        chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
+        max_batch_size=max_batch_size,
+    )
+    started = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        scheduler.start()
+        yield
+        await asyncio.to_thread(scheduler.close)
+
+    app = fastapi.FastAPI(title="keras-gen", lifespan=lifespan)
+    app.state.scheduler = scheduler
+    app.state.served = served
+
+    _add_error_handlers(app)
+    _add_routes(app, scheduler, served, started, max_body_bytes)
     return app
 
 

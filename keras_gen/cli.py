@@ -335,56 +335,59 @@ def run_generate(args):
         processors=build_processors(args, defaults) + filters,
         stop_strings=args.stop or None,
     )
-    loaded = time.perf_counter()
-    first_token = None
+    timing = {"load_seconds": time.perf_counter() - started}
     try:
-        if args.no_stream or args.json:
-            record = lm.generate(prompt, return_dict=True, **options)
-            if not args.json:
-                sys.stdout.write(prompt + record.text[0] + "\n")
-        else:
-            from keras_gen.streaming import GenerationOutput
-
-            sys.stdout.write(prompt)
-            sys.stdout.flush()
-            chunks = []
-            for chunk in lm.stream(prompt, **options):
-                if first_token is None and chunk.token_ids[0]:
-                    first_token = time.perf_counter()
-                chunks.append(chunk)
-                sys.stdout.write(chunk.text[0])
-                sys.stdout.flush()
-            sys.stdout.write("\n")
-            record = GenerationOutput.join(chunks)
+        record = _generate(lm, prompt, options, args, timing)
     except (ValueError, TypeError) as error:
         raise UsageError(_first_line(error)) from None
-    done = time.perf_counter()
     if args.json:
         tokens = record.token_ids[0]
-        print(
-            json.dumps(
-                {
-                    "model": args.model,
-                    "backend": _backend(),
-                    "sampler": name,
-                    "prompt": prompt,
-                    "text": record.text[0],
-                    "tokens": tokens,
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": len(tokens),
-                    "finish_reason": record.finish_reasons[0],
-                    "timing": {
-                        "load_seconds": round(loaded - started, 4),
-                        "generate_seconds": round(done - loaded, 4),
-                        "tokens_per_second": round(
-                            len(tokens) / max(done - loaded, 1e-9), 2
-                        ),
-                    },
-                },
-                ensure_ascii=False,
-            )
-        )
+        seconds = timing["generate_seconds"]
+        timing["tokens_per_second"] = len(tokens) / max(seconds, 1e-9)
+        summary = {
+            "model": args.model,
+            "backend": _backend(),
+            "sampler": name,
+            "prompt": prompt,
+            "text": record.text[0],
+            "tokens": tokens,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(tokens),
+            "finish_reason": record.finish_reasons[0],
+            "timing": {k: round(v, 4) for k, v in timing.items()},
+        }
+        print(json.dumps(summary, ensure_ascii=False))
     return 0
+
+
+def _generate(lm, prompt, options, args, timing):
+    """The `GenerationOutput` of one prompt, printed as it comes unless
+    `--json` or `--no-stream`; fills in `timing`."""
+    from keras_gen.streaming import GenerationOutput
+
+    started = time.perf_counter()
+    if args.no_stream:
+        record = lm.generate(prompt, return_dict=True, **options)
+        timing["generate_seconds"] = time.perf_counter() - started
+        if not args.json:
+            sys.stdout.write(prompt + record.text[0] + "\n")
+        return record
+    show = not args.json
+    if show:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+    chunks = []
+    for chunk in lm.stream(prompt, **options):
+        if "first_token_seconds" not in timing and chunk.token_ids[0]:
+            timing["first_token_seconds"] = time.perf_counter() - started
+        chunks.append(chunk)
+        if show:
+            sys.stdout.write(chunk.text[0])
+            sys.stdout.flush()
+    if show:
+        sys.stdout.write("\n")
+    timing["generate_seconds"] = time.perf_counter() - started
+    return GenerationOutput.join(chunks)
 
 
 def _backend():

@@ -111,7 +111,9 @@ def test_json_output_matches_generate(capsys, model_folder):
     assert record["finish_reason"] == expected.finish_reasons[0]
     assert record["sampler"] == "greedy"
     assert record["prompt_tokens"] == len(lm.tokenizer.encode(PROMPT))
-    assert set(record["timing"]) >= {"load_seconds", "generate_seconds", "tokens_per_second"}
+    assert set(record["timing"]) >= {
+        "load_seconds", "first_token_seconds", "generate_seconds", "tokens_per_second"
+    }
 
 
 def test_streamed_and_plain_output_agree(capsys, model_folder):
@@ -142,6 +144,27 @@ def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
         "--repetition-penalty", "1.3", "--stop", "zzz", "qqq",
     )
     assert json.loads(again)["tokens"] == record["tokens"]
+    status, plain, _ = run(
+        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "6", "--json",
+        "--sampler", "top_k", "--top-k", "3", "--temperature", "0.7", "--seed", "3",
+        "--repetition-penalty", "1.3", "--stop", "zzz", "qqq", "--no-stream",
+    )
+    assert json.loads(plain)["tokens"] == record["tokens"]
+
+
+def test_backend_flag_before_the_command(capsys, model_folder):
+    import keras
+
+    path, _ = model_folder
+    backend = keras.config.backend()
+    status, out, _ = run(
+        capsys, "--backend", backend, "generate", PROMPT, "--model", path,
+        "--max-new-tokens", "2", "--json",
+    )
+    assert status == 0 and json.loads(out)["backend"] == backend
+    other = "jax" if backend != "jax" else "torch"
+    status, _, err = run(capsys, "generate", PROMPT, "--backend", other)
+    assert status == 2 and "already loaded" in err
 
 
 def test_bench_runs_the_benchmark_script(capsys, monkeypatch, tmp_path):

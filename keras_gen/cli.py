@@ -96,12 +96,18 @@ def _add_generate(commands):
     generate.add_argument("--top-p", type=_number(float, 0, 1, low_open=True))
     generate.add_argument("--min-p", type=_number(float, 0, 1, low_open=True))
     generate.add_argument(
-        "--max-new-tokens", type=_number(int, low=1), default=None,
+        "--max-new-tokens",
+        type=_number(int, low=1),
+        default=None,
         help=f"new tokens to generate (default {DEFAULT_MAX_NEW_TOKENS})",
     )
     generate.add_argument("--seed", type=_number(int, low=0))
     generate.add_argument(
-        "--stop", nargs="+", action="extend", default=[], metavar="STRING",
+        "--stop",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="STRING",
         help="stop once the text contains one of these strings",
     )
     generate.add_argument("--repetition-penalty", type=positive)
@@ -111,7 +117,8 @@ def _add_generate(commands):
         "--no-stream", action="store_true", help="print the text once it is done"
     )
     generate.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print one JSON object: text, tokens, finish reason, timing",
     )
 
@@ -128,15 +135,20 @@ def _add_serve(commands):
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_number(int, 0, 65535), default=8000)
     serve.add_argument(
-        "--max-batch-size", type=_number(int, low=1), default=8,
+        "--max-batch-size",
+        type=_number(int, low=1),
+        default=8,
         help="rows per compiled generate call",
     )
     serve.add_argument(
-        "--batch-wait-ms", type=_number(float, low=0), default=10.0,
+        "--batch-wait-ms",
+        type=_number(float, low=0),
+        default=10.0,
         help="how long a new batch waits for more requests",
     )
     serve.add_argument(
-        "--model-name", default=None,
+        "--model-name",
+        default=None,
         help="the name clients use in requests (default: the --model value)",
     )
 
@@ -150,7 +162,9 @@ def _add_bench(commands):
         "default workload; extra arguments are passed on to it.",
     )
     bench.add_argument(
-        "--backend", choices=BACKENDS, default=argparse.SUPPRESS,
+        "--backend",
+        choices=BACKENDS,
+        default=argparse.SUPPRESS,
         help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -161,7 +175,9 @@ def build_parser():
         prog="keras-gen",
         description="Compiled text generation with Keras 3.",
     )
-    parser.add_argument("--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS
+    )
     commands = parser.add_subparsers(
         dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
     )

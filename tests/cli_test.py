@@ -36,7 +36,11 @@ def command(*argv, env=None, timeout=600, stdin=None):
     env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "keras_gen", *argv],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
         input=stdin,
     )
 
@@ -85,7 +89,9 @@ def test_missing_model_folder_names_the_path(capsys, tmp_path):
 
 def test_prompt_too_long_for_the_context(capsys, model_folder):
     path, _ = model_folder
-    status, _, err = run(capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "1000")
+    status, _, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "1000"
+    )
     assert status == 2 and "context" in err
 
 
@@ -94,7 +100,9 @@ def test_unavailable_sampler_is_a_clean_error(capsys, model_folder, monkeypatch)
 
     monkeypatch.delitem(registry.SAMPLERS, "top_k")
     path, _ = model_folder
-    status, _, err = run(capsys, "generate", PROMPT, "--model", path, "--sampler", "top_k")
+    status, _, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--sampler", "top_k"
+    )
     assert status == 2 and "not available" in err
 
 
@@ -112,7 +120,10 @@ def test_json_output_matches_generate(capsys, model_folder):
     assert record["sampler"] == "greedy"
     assert record["prompt_tokens"] == len(lm.tokenizer.encode(PROMPT))
     assert set(record["timing"]) >= {
-        "load_seconds", "first_token_seconds", "generate_seconds", "tokens_per_second"
+        "load_seconds",
+        "first_token_seconds",
+        "generate_seconds",
+        "tokens_per_second",
     }
 
 
@@ -131,23 +142,78 @@ def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
     path, lm = model_folder
     monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
     status, out, _ = run(
-        capsys, "generate", "-", "--model", path, "--max-new-tokens", "6", "--json",
-        "--sampler", "top_k", "--top-k", "3", "--temperature", "0.7", "--seed", "3",
-        "--repetition-penalty", "1.3", "--stop", "zzz", "qqq",
+        capsys,
+        "generate",
+        "-",
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
     )
     assert status == 0
     record = json.loads(out)
     assert record["prompt"] == PROMPT and record["sampler"] == "top_k"
     status, again, _ = run(
-        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "6", "--json",
-        "--sampler", "top_k", "--top-k", "3", "--temperature", "0.7", "--seed", "3",
-        "--repetition-penalty", "1.3", "--stop", "zzz", "qqq",
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
     )
     assert json.loads(again)["tokens"] == record["tokens"]
     status, plain, _ = run(
-        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "6", "--json",
-        "--sampler", "top_k", "--top-k", "3", "--temperature", "0.7", "--seed", "3",
-        "--repetition-penalty", "1.3", "--stop", "zzz", "qqq", "--no-stream",
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
+        "--no-stream",
     )
     assert json.loads(plain)["tokens"] == record["tokens"]
 
@@ -158,8 +224,16 @@ def test_backend_flag_before_the_command(capsys, model_folder):
     path, _ = model_folder
     backend = keras.config.backend()
     status, out, _ = run(
-        capsys, "--backend", backend, "generate", PROMPT, "--model", path,
-        "--max-new-tokens", "2", "--json",
+        capsys,
+        "--backend",
+        backend,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "2",
+        "--json",
     )
     assert status == 0 and json.loads(out)["backend"] == backend
     other = "jax" if backend != "jax" else "torch"
@@ -181,8 +255,11 @@ def test_bench_runs_the_benchmark_script(capsys, monkeypatch, tmp_path):
 def test_importing_the_command_does_not_load_keras():
     code = "import sys, keras_gen.cli; print('keras' in sys.modules)"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": ROOT}, timeout=120,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
     )
     assert result.stdout.strip() == "False", result.stderr
 
@@ -194,8 +271,15 @@ def test_backend_flag_selects_the_backend(model_folder):
     tokens = {}
     for backend in ("jax", "tensorflow", "torch"):
         result = command(
-            "generate", PROMPT, "--model", path, "--max-new-tokens", "5", "--json",
-            "--backend", backend,
+            "generate",
+            PROMPT,
+            "--model",
+            path,
+            "--max-new-tokens",
+            "5",
+            "--json",
+            "--backend",
+            backend,
             env={"KERAS_BACKEND": "tensorflow" if backend != "tensorflow" else "jax"},
         )
         assert result.returncode == 0, result.stderr[-2000:]
@@ -212,9 +296,23 @@ def test_default_backend_is_jax_and_stdin_works(model_folder):
     path, _ = model_folder
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     result = subprocess.run(
-        [sys.executable, "-m", "keras_gen", "generate", "-", "--model", path,
-         "--max-new-tokens", "3", "--json"],
-        capture_output=True, text=True, input=PROMPT, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "keras_gen",
+            "generate",
+            "-",
+            "--model",
+            path,
+            "--max-new-tokens",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        input=PROMPT,
+        cwd=ROOT,
+        timeout=600,
         env={**env, "PYTHONPATH": ROOT},
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -234,10 +332,24 @@ def test_serve_answers_over_http(model_folder):
     path, lm = model_folder
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "keras_gen", "serve", "--model", path,
-         "--model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "keras_gen",
+            "serve",
+            "--model",
+            path,
+            "--model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -64,7 +64,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", default=DEFAULT_OUTPUT)
     for name, value in SETTINGS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=type(value), default=value
+        )
     return parser.parse_args(argv)
 
 
@@ -128,7 +130,9 @@ def training_windows(tokens, args):
 def validation_windows(tokens, length):
     """Consecutive non-overlapping windows covering the validation text."""
     count = (len(tokens) - 1) // length
-    return np.stack([tokens[i * length : i * length + length + 1] for i in range(count)])
+    return np.stack(
+        [tokens[i * length : i * length + length + 1] for i in range(count)]
+    )
 
 
 def build_model(args, tokenizer):

@@ -239,8 +239,10 @@ class BatchScheduler:
                     ),
                     "top_logprobs": top,
                     # A row cut by `max_time` reads as a length limit.
-                    "finish_reason": None if reason is None else (
-                        "stop" if reason == "stop" else "length"
+                    "finish_reason": (
+                        None
+                        if reason is None
+                        else ("stop" if reason == "stop" else "length")
                     ),
                 }
             )

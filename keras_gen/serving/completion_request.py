@@ -84,7 +84,9 @@ class CompletionRequest:
         if not isinstance(body, dict):
             raise APIError("The request body must be a JSON object.")
         self.kind = kind
-        self.model_name = _field(body, "model", lambda v: isinstance(v, str), "a string")
+        self.model_name = _field(
+            body, "model", lambda v: isinstance(v, str), "a string"
+        )
         if self.model_name is None:
             raise APIError("You must provide a model parameter.", param="model")
         if self.model_name != model.name:
@@ -103,8 +105,12 @@ class CompletionRequest:
                 f"exceeds the server's batch size of {model.max_batch_size}.",
                 param="n",
             )
-        self.stream = _field(body, "stream", lambda v: isinstance(v, bool), "a boolean", False)
-        options = _field(body, "stream_options", lambda v: isinstance(v, dict), "an object", {})
+        self.stream = _field(
+            body, "stream", lambda v: isinstance(v, bool), "a boolean", False
+        )
+        options = _field(
+            body, "stream_options", lambda v: isinstance(v, dict), "an object", {}
+        )
         self.include_usage = bool(options.get("include_usage"))
         self.ignore_eos = _field(
             body, "ignore_eos", lambda v: isinstance(v, bool), "a boolean", False
@@ -121,9 +127,13 @@ class CompletionRequest:
         if self.kind == "chat":
             messages = body.get("messages")
             if messages is None:
-                raise APIError("Missing required parameter: 'messages'.", param="messages")
+                raise APIError(
+                    "Missing required parameter: 'messages'.", param="messages"
+                )
             if not isinstance(messages, list) or not messages:
-                raise APIError("'messages' must be a non-empty array.", param="messages")
+                raise APIError(
+                    "'messages' must be a non-empty array.", param="messages"
+                )
             for i, message in enumerate(messages):
                 if (
                     not isinstance(message, dict)
@@ -147,14 +157,20 @@ class CompletionRequest:
             raise APIError("Missing required parameter: 'prompt'.", param="prompt")
         if isinstance(prompt, str):
             texts = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        elif (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(p, str) for p in prompt)
+        ):
             texts = prompt
         elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
             texts, self.prompts = None, [prompt]
         elif (
             isinstance(prompt, list)
             and prompt
-            and all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt)
+            and all(
+                isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt
+            )
         ):
             texts, self.prompts = None, prompt
         else:
@@ -207,7 +223,9 @@ class CompletionRequest:
         if self.kind == "completion":
             self.logprobs = _count(body, "logprobs", 0, MAX_LOGPROBS, None)
             return
-        wanted = _field(body, "logprobs", lambda v: isinstance(v, bool), "a boolean", False)
+        wanted = _field(
+            body, "logprobs", lambda v: isinstance(v, bool), "a boolean", False
+        )
         top = _count(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0)
         if top and not wanted:
             raise APIError(

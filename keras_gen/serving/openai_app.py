@@ -150,7 +150,12 @@ class _Completion:
             }
         key = "delta" if delta else "message"
         message = {"content": text} if delta else {"role": "assistant", "content": text}
-        return {"index": index, key: message, "logprobs": logprobs, "finish_reason": reason}
+        return {
+            "index": index,
+            key: message,
+            "logprobs": logprobs,
+            "finish_reason": reason,
+        }
 
     def _envelope(self, object_name, choices):
         return {
@@ -176,8 +181,12 @@ class _Completion:
     def first_chunk(self):
         """Chat streams open with the assistant's role, as OpenAI's do."""
         choices = [
-            {"index": r, "delta": {"role": "assistant", "content": ""},
-             "logprobs": None, "finish_reason": None}
+            {
+                "index": r,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
             for r in range(len(self.text))
         ]
         return self._envelope(self.chunk_object, choices)
@@ -189,7 +198,10 @@ class _Completion:
                 continue
             offset = len(self.text[r]) - len(piece["text"])
             logprobs = self.logprobs(
-                piece["token_ids"], piece["log_probs"] or [], piece["top_logprobs"], offset
+                piece["token_ids"],
+                piece["log_probs"] or [],
+                piece["top_logprobs"],
+                offset,
             )
             choices.append(self._choice(r, piece["text"], logprobs, reason, delta=True))
         return self._envelope(self.chunk_object, choices) if choices else None

@@ -74,22 +74,50 @@ def test_from_preset_errors(tmp_path):
 @pytest.mark.only_backend("jax")
 def test_training_tool_is_deterministic(tmp_path):
     tiny = [
-        "--steps", "2", "--rounds", "1", "--warmup-steps", "1", "--batch-size", "2",
-        "--sequence-length", "32", "--num-layers", "1", "--hidden-dim", "16",
-        "--intermediate-dim", "32", "--num-heads", "2", "--vocabulary-size", "300",
+        "--steps",
+        "2",
+        "--rounds",
+        "1",
+        "--warmup-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--sequence-length",
+        "32",
+        "--num-layers",
+        "1",
+        "--hidden-dim",
+        "16",
+        "--intermediate-dim",
+        "32",
+        "--num-heads",
+        "2",
+        "--vocabulary-size",
+        "300",
     ]
     outputs = []
     for name in ("a", "b"):
         output = tmp_path / name
         result = subprocess.run(
-            [sys.executable, "tools/train_demo_model.py", "--output", str(output), *tiny],
-            cwd=ROOT, capture_output=True, text=True, timeout=900,
+            [
+                sys.executable,
+                "tools/train_demo_model.py",
+                "--output",
+                str(output),
+                *tiny,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
             env={**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax"},
         )
         assert result.returncode == 0, result.stderr[-2000:]
         outputs.append(output)
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
-        assert (outputs[0] / name).read_bytes() == (outputs[1] / name).read_bytes(), name
+        assert (outputs[0] / name).read_bytes() == (
+            outputs[1] / name
+        ).read_bytes(), name
     record = json.loads((outputs[0] / "training.json").read_text())
     assert record["settings"]["steps"] == 2 and "final_validation_loss" in record
     assert CausalLM.from_pretrained(str(outputs[0])).tokenizer.vocabulary_size == 300

@@ -50,7 +50,9 @@ def test_chat_prompt_and_default_length(served):
 
 
 def test_sampler_choice(served):
-    assert isinstance(read(served, temperature=0, top_k=3).sampler, samplers.GreedySampler)
+    assert isinstance(
+        read(served, temperature=0, top_k=3).sampler, samplers.GreedySampler
+    )
     top_p = read(served, temperature=0.5, top_p=0.8, top_k=3, min_p=0.1)
     assert isinstance(top_p.sampler, samplers.TopPSampler)
     assert top_p.sampler.temperature == 0.5 and top_p.sampler.p == 0.8
@@ -81,8 +83,10 @@ def test_batch_keys(served):
 
 def test_prompt_forms(served):
     assert read(served, prompt=["a", "b"], n=2).rows == [
-        served.tokenizer.encode("a"), served.tokenizer.encode("a"),
-        served.tokenizer.encode("b"), served.tokenizer.encode("b"),
+        served.tokenizer.encode("a"),
+        served.tokenizer.encode("a"),
+        served.tokenizer.encode("b"),
+        served.tokenizer.encode("b"),
     ]
     assert read(served, prompt=[1, 2, 3]).prompts == [[1, 2, 3]]
     assert read(served, prompt=[[1], [2, 3]]).prompts == [[1], [2, 3]]

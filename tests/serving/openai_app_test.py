@@ -82,7 +82,9 @@ def events(response):
 
 
 def expected(lm, prompt, max_new_tokens, **options):
-    record = lm.generate(prompt, max_new_tokens=max_new_tokens, return_dict=True, **options)
+    record = lm.generate(
+        prompt, max_new_tokens=max_new_tokens, return_dict=True, **options
+    )
     return record.text[0], record.token_ids[0], record.finish_reasons[0]
 
 
@@ -105,13 +107,17 @@ def test_completion_equals_generate(server):
     assert choice["text"] == text
     assert choice["finish_reason"] == reason
     assert answer["usage"]["completion_tokens"] == len(tokens)
-    assert answer["usage"]["prompt_tokens"] == len(lm.tokenizer.encode("The for statement"))
+    assert answer["usage"]["prompt_tokens"] == len(
+        lm.tokenizer.encode("The for statement")
+    )
 
 
 def test_streamed_completion_joins_to_the_plain_one(server):
     client, lm, _ = server
     body = {"model": MODEL, "prompt": "A class", "max_tokens": 14, "temperature": 0}
-    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+    with client.stream(
+        "POST", "/v1/completions", json={**body, "stream": True}
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         chunks = events(response)
@@ -138,7 +144,9 @@ def test_chat_completion_uses_the_template(server):
     assert answer["choices"][0]["message"] == {"role": "assistant", "content": text}
     assert answer["choices"][0]["finish_reason"] == reason
 
-    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+    with client.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}
+    ) as r:
         chunks = events(r)
     assert chunks[-1] == "[DONE]"
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -208,13 +216,19 @@ def test_disconnect_mid_stream_stops_generation(server, slow_delivery):
     client, lm, _ = server
     before = wait_until_idle(client)
     body = {
-        "model": MODEL, "prompt": "The while", "max_tokens": 200,
-        "temperature": 0, "ignore_eos": True, "stream": True,
+        "model": MODEL,
+        "prompt": "The while",
+        "max_tokens": 200,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
     }
     with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
         with own.stream("POST", "/v1/completions", json=body) as response:
             lines = response.iter_lines()
-            received = [line for line, _ in zip(lines, range(4)) if line.startswith("data")]
+            received = [
+                line for line, _ in zip(lines, range(4)) if line.startswith("data")
+            ]
     assert received
     after = wait_until_idle(client)
     assert after["cancelled_batches"] == before["cancelled_batches"] + 1
@@ -227,8 +241,11 @@ def test_a_short_request_does_not_wait_for_a_long_one(server, slow_delivery):
     client, _, _ = server
     wait_until_idle(client)
     long_body = {
-        "model": MODEL, "prompt": "The while", "max_tokens": 240,
-        "temperature": 0, "ignore_eos": True,
+        "model": MODEL,
+        "prompt": "The while",
+        "max_tokens": 240,
+        "temperature": 0,
+        "ignore_eos": True,
     }
     done = {}
 
@@ -255,29 +272,52 @@ def test_a_short_request_does_not_wait_for_a_long_one(server, slow_delivery):
         (json.dumps({"prompt": "x"}).encode(), 400, "model", None),
         (
             json.dumps({"model": MODEL, "prompt": "x", "max_tokens": "ten"}).encode(),
-            400, "max_tokens", "invalid_type",
+            400,
+            "max_tokens",
+            "invalid_type",
         ),
         (
             json.dumps({"model": MODEL, "prompt": "x", "temperature": -1}).encode(),
-            400, "temperature", "invalid_value",
+            400,
+            "temperature",
+            "invalid_value",
         ),
-        (json.dumps({"model": MODEL, "prompt": 5}).encode(), 400, "prompt", "invalid_type"),
+        (
+            json.dumps({"model": MODEL, "prompt": 5}).encode(),
+            400,
+            "prompt",
+            "invalid_type",
+        ),
         (
             json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10_000}).encode(),
-            400, "max_tokens", "context_length_exceeded",
+            400,
+            "max_tokens",
+            "context_length_exceeded",
         ),
         (
             json.dumps({"model": "gpt-4", "prompt": "x"}).encode(),
-            404, "model", "model_not_found",
+            404,
+            "model",
+            "model_not_found",
         ),
         (
             json.dumps({"model": MODEL, "prompt": "x" * (2 << 20)}).encode(),
-            413, None, "request_too_large",
+            413,
+            None,
+            "request_too_large",
         ),
     ],
     ids=[
-        "malformed-json", "not-an-object", "no-prompt", "no-model", "wrong-type",
-        "out-of-range", "prompt-type", "beyond-context", "unknown-model", "oversized",
+        "malformed-json",
+        "not-an-object",
+        "no-prompt",
+        "no-model",
+        "wrong-type",
+        "out-of-range",
+        "prompt-type",
+        "beyond-context",
+        "unknown-model",
+        "oversized",
     ],
 )
 def test_bad_requests_get_openai_errors(server, body, status, param, code):
@@ -294,7 +334,12 @@ def test_bad_requests_get_openai_errors(server, body, status, param, code):
 
 def test_bad_chat_requests_and_routes(server):
     client, _, _ = server
-    for messages in (None, [], [{"role": "wizard", "content": "hi"}], [{"role": "user"}]):
+    for messages in (
+        None,
+        [],
+        [{"role": "wizard", "content": "hi"}],
+        [{"role": "user"}],
+    ):
         body = {"model": MODEL, "messages": messages}
         response = client.post("/v1/chat/completions", json=body)
         assert response.status_code == 400

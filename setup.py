@@ -12,6 +12,9 @@ TENSORFLOW = ["tensorflow-cpu>=2.16"]
 # The CPU wheel of torch 2.13.0 is what the test setup installs first; a range
 # keeps any compatible torch the user already has.
 TORCH = ["torch>=2.4"]
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "jinja2>=3.1"]
+# The bundled demo model: weights, tokenizer and training record.
+PRESET_FILES = ["presets/*/*.json", "presets/*/*.safetensors"]
 
 setup(
     name="keras-gen",
@@ -23,6 +26,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["keras_gen", "keras_gen.*"]),
     include_package_data=True,
+    package_data={"keras_gen": PRESET_FILES},
     install_requires=[
         "keras>=3.8",
         "numpy",
@@ -33,8 +37,11 @@ setup(
         "jax": JAX,
         "tensorflow": TENSORFLOW,
         "torch": TORCH,
+        "serve": SERVE,
         "test": [
             "pytest",
+            *SERVE,
+            "httpx",
             *JAX,
             *TENSORFLOW,
             *TORCH,
@@ -42,6 +49,7 @@ setup(
             "transformers",
         ],
     },
+    entry_points={"console_scripts": ["keras-gen=keras_gen.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

@@ -1,16 +1,34 @@
-"""keras-gen: fast, compiled text generation for Keras 3."""
+"""keras-gen: fast, compiled text generation for Keras 3.
 
-from keras_gen import models
-from keras_gen import processors
-from keras_gen import samplers
-from keras_gen import streaming
-from keras_gen import tokenizers
-from keras_gen.models import CausalLM
-from keras_gen.models import GPT2Backbone
-from keras_gen.models import GPT2CausalLM
-from keras_gen.models import LlamaBackbone
-from keras_gen.models import LlamaCausalLM
-from keras_gen.streaming import GenerationOutput
-from keras_gen.tokenizers import Tokenizer
+The public API loads on first use (PEP 562), so that `import keras_gen` does
+not import Keras: the `keras-gen` command must set `KERAS_BACKEND` from its
+`--backend` flag before Keras loads.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
+
+_SUBMODULES = ("models", "samplers", "tokenizers", "processors", "streaming")
+_EXPORTS = {
+    "CausalLM": "keras_gen.models",
+    "GPT2Backbone": "keras_gen.models",
+    "GPT2CausalLM": "keras_gen.models",
+    "LlamaBackbone": "keras_gen.models",
+    "LlamaCausalLM": "keras_gen.models",
+    "Tokenizer": "keras_gen.tokenizers",
+    "GenerationOutput": "keras_gen.streaming",
+}
+__all__ = [*_SUBMODULES, *_EXPORTS]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"keras_gen.{name}")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'keras_gen' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -1,6 +1,7 @@
 """The causal language model task: compile once, generate many times."""
 
 import functools
+import os
 import time
 import warnings
 
@@ -461,6 +462,30 @@ class CausalLM(keras.Model):
 
         causal_lm_class = None if cls is CausalLM else cls
         return checkpoint.load_causal_lm(path, dtype, causal_lm_class)
+
+    @classmethod
+    def from_preset(cls, preset, dtype=None):
+        """Load a model bundled with keras-gen, or a local model folder.
+
+        Args:
+            preset: a preset name (`"demo"`: see `keras_gen.presets`) or
+                the path of a Hugging Face model folder.
+            dtype: as in `from_pretrained`.
+
+        Examples:
+        >>> lm = CausalLM.from_preset("demo")  # doctest: +SKIP
+        >>> lm.generate("The for statement", max_new_tokens=16)  # doctest: +SKIP
+        """
+        from keras_gen import presets
+
+        if isinstance(preset, str) and preset in presets.list_presets():
+            preset = presets.preset_path(preset)
+        elif not os.path.isdir(os.fspath(preset)):
+            raise ValueError(
+                f"{preset!r} is neither a bundled preset "
+                f"({presets.list_presets()}) nor a model folder."
+            )
+        return cls.from_pretrained(preset, dtype=dtype)
 
     def save_pretrained(self, path):
         """Write the model (and tokenizer) as a Hugging Face folder.

@@ -1,0 +1,478 @@
+"""The `keras-gen` command: generate text, serve a model, run the benchmark.
+
+    keras-gen generate "The for statement"            # the bundled demo model
+    keras-gen generate - --model path/to/model < prompt.txt
+    keras-gen serve --model demo --port 8000
+    keras-gen bench
+
+Keras is imported only after the arguments are read, because `--backend`
+must set `KERAS_BACKEND` before Keras loads.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+BACKENDS = ("jax", "tensorflow", "torch")
+SAMPLERS = ("greedy", "random", "top_k", "top_p", "min_p", "beam", "contrastive")
+DEFAULT_MODEL = "demo"
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+class UsageError(Exception):
+    """A bad argument value found after parsing: exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An `argparse` parser whose errors are one line and exit with 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _number(kind, low=None, high=None, low_open=False, name=None):
+    """An argparse `type` that checks a number's range, with a clear message."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            bounds = f"{'>' if low_open else '>='} {low}" if low is not None else ""
+            if high is not None:
+                bounds += f"{' and ' if bounds else ''}<= {high}"
+            raise argparse.ArgumentTypeError(f"{text} must be {bounds}")
+        return value
+
+    parse.__name__ = name or kind.__name__
+    return parse
+
+
+def _add_common(parser):
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=argparse.SUPPRESS,
+        help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="a bundled preset name or a local Hugging Face model folder "
+        "(default: demo).",
+    )
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), default=None
+    )
+
+
+def _add_generate(commands):
+    """The `generate` command and its flags."""
+    generate = commands.add_parser(
+        "generate",
+        help="generate text from a prompt",
+        description="Generate text from a prompt and stream it to the terminal.",
+    )
+    generate.add_argument("prompt", help="the prompt; '-' reads it from stdin")
+    _add_common(generate)
+    generate.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=None,
+        help="how the next token is chosen (default: the model's "
+        "generation_config.json, else greedy)",
+    )
+    positive = _number(float, low=0, low_open=True, name="positive number")
+    generate.add_argument("--temperature", type=positive)
+    generate.add_argument("--top-k", type=_number(int, low=1))
+    generate.add_argument("--top-p", type=_number(float, 0, 1, low_open=True))
+    generate.add_argument("--min-p", type=_number(float, 0, 1, low_open=True))
+    generate.add_argument(
+        "--max-new-tokens",
+        type=_number(int, low=1),
+        default=None,
+        help=f"new tokens to generate (default {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    generate.add_argument("--seed", type=_number(int, low=0))
+    generate.add_argument(
+        "--stop",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="STRING",
+        help="stop once the text contains one of these strings",
+    )
+    generate.add_argument("--repetition-penalty", type=positive)
+    generate.add_argument("--presence-penalty", type=float)
+    generate.add_argument("--frequency-penalty", type=float)
+    generate.add_argument(
+        "--no-stream", action="store_true", help="print the text once it is done"
+    )
+    generate.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: text, tokens, finish reason, timing",
+    )
+
+
+def _add_serve(commands):
+    """The `serve` command and its flags."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model over HTTP (OpenAI-style API)",
+        description="Serve a model with an OpenAI-compatible HTTP API "
+        "(/v1/completions, /v1/chat/completions, /v1/models, /health).",
+    )
+    _add_common(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_number(int, 0, 65535), default=8000)
+    serve.add_argument(
+        "--max-batch-size",
+        type=_number(int, low=1),
+        default=8,
+        help="rows per compiled generate call",
+    )
+    serve.add_argument(
+        "--batch-wait-ms",
+        type=_number(float, low=0),
+        default=10.0,
+        help="how long a new batch waits for more requests",
+    )
+    serve.add_argument(
+        "--model-name",
+        default=None,
+        help="the name clients use in requests (default: the --model value)",
+    )
+
+
+def _add_bench(commands):
+    """The `bench` command."""
+    bench = commands.add_parser(
+        "bench",
+        help="run tools/benchmark.py's default workload",
+        description="Run tools/benchmark.py (from a source checkout) with its "
+        "default workload; extra arguments are passed on to it.",
+    )
+    bench.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=argparse.SUPPRESS,
+        help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
+    )
+    bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog="keras-gen",
+        description="Compiled text generation with Keras 3.",
+    )
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS
+    )
+    commands = parser.add_subparsers(
+        dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
+    )
+    commands.required = True
+
+    _add_generate(commands)
+    _add_serve(commands)
+    _add_bench(commands)
+    return parser
+
+
+def select_backend(requested):
+    """Set `KERAS_BACKEND` before Keras is imported; return the backend."""
+    backend = requested or os.environ.get("KERAS_BACKEND")
+    if backend is None:
+        backend = "jax" if importlib.util.find_spec("jax") else None
+    if "keras" in sys.modules:
+        loaded = sys.modules["keras"].config.backend()
+        if requested and loaded != requested:
+            raise UsageError(
+                f"--backend {requested}: Keras is already loaded with the "
+                f"{loaded} backend in this process"
+            )
+        return loaded
+    if backend is not None:
+        os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return backend
+
+
+def load_model(model, dtype=None):
+    """A `CausalLM` from a preset name or a model folder, with clean errors."""
+    from keras_gen import presets
+
+    if model not in presets.list_presets():
+        if not os.path.isdir(model):
+            raise UsageError(
+                f"--model {model!r}: no such model folder (and not a bundled "
+                f"preset: {', '.join(presets.list_presets())})"
+            )
+    from keras_gen.models import CausalLM
+
+    try:
+        return CausalLM.from_preset(model, dtype=dtype)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
+
+
+def model_folder(model):
+    from keras_gen import presets
+
+    return presets.preset_path(model) if model in presets.list_presets() else model
+
+
+def generation_defaults(model):
+    """`generation_config.json` of the model folder, or `{}`."""
+    path = os.path.join(model_folder(model), "generation_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _sampler_name(args, defaults):
+    if args.sampler:
+        return args.sampler
+    if args.top_p is not None:
+        return "top_p"
+    if args.min_p is not None:
+        return "min_p"
+    if args.top_k is not None:
+        return "top_k"
+    if args.temperature is not None:
+        return "random"
+    if defaults.get("do_sample"):
+        if defaults.get("top_p", 1.0) < 1.0:
+            return "top_p"
+        return "top_k" if defaults.get("top_k") else "random"
+    return "greedy"
+
+
+def build_sampler(args, defaults):
+    """The sampler the flags ask for, and processors for filters it lacks."""
+    import inspect
+
+    from keras_gen import processors
+    from keras_gen import samplers
+
+    name = _sampler_name(args, defaults)
+    try:
+        cls = type(samplers.get(name))
+    except (ValueError, TypeError):
+        raise UsageError(
+            f"--sampler {name}: not available in this keras-gen "
+            f"(available: {', '.join(sorted(samplers.registry.SAMPLERS))})"
+        ) from None
+    use_defaults = args.sampler is None and defaults.get("do_sample")
+    wanted = {
+        "temperature": args.temperature
+        or (defaults.get("temperature") if use_defaults else None),
+        "k": args.top_k or (defaults.get("top_k") if use_defaults else None),
+        "p": args.top_p if name != "min_p" else args.min_p,
+    }
+    accepted = inspect.signature(cls.__init__).parameters
+    config = {k: v for k, v in wanted.items() if v is not None and k in accepted}
+    filters = []
+    if args.top_k is not None and "k" not in config:
+        filters.append(processors.TopK(args.top_k))
+    if args.top_p is not None and name != "top_p":
+        filters.append(processors.TopP(args.top_p))
+    if args.min_p is not None and name != "min_p":
+        filters.append(processors.MinP(args.min_p))
+    try:
+        sampler = cls(**config)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"--sampler {name}: {_first_line(error)}") from None
+    return name, sampler, filters
+
+
+def build_processors(args, defaults):
+    from keras_gen import processors
+
+    chain = []
+    repetition_penalty = args.repetition_penalty or defaults.get("repetition_penalty")
+    if repetition_penalty not in (None, 1, 1.0):
+        chain.append(processors.RepetitionPenalty(repetition_penalty))
+    if args.presence_penalty is not None:
+        chain.append(processors.PresencePenalty(args.presence_penalty))
+    if args.frequency_penalty is not None:
+        chain.append(processors.FrequencyPenalty(args.frequency_penalty))
+    return chain
+
+
+def _first_line(error):
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def read_prompt(prompt):
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    return prompt
+
+
+def run_generate(args):
+    prompt = read_prompt(args.prompt)
+    started = time.perf_counter()
+    lm = load_model(args.model, args.dtype)
+    if lm.tokenizer is None:
+        raise UsageError(f"--model {args.model!r} has no tokenizer.json")
+    defaults = generation_defaults(args.model)
+    name, sampler, filters = build_sampler(args, defaults)
+    lm.compile(sampler=sampler)
+    max_new_tokens = args.max_new_tokens or defaults.get(
+        "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
+    )
+    prompt_tokens = len(lm.tokenizer.encode(prompt))
+    context = lm.backbone.max_sequence_length
+    if prompt_tokens + max_new_tokens > context:
+        raise UsageError(
+            f"the prompt ({prompt_tokens} tokens) plus --max-new-tokens "
+            f"{max_new_tokens} exceeds the model's context of {context} tokens"
+        )
+    options = dict(
+        max_new_tokens=max_new_tokens,
+        seed=args.seed,
+        processors=build_processors(args, defaults) + filters,
+        stop_strings=args.stop or None,
+    )
+    timing = {"load_seconds": time.perf_counter() - started}
+    try:
+        record = _generate(lm, prompt, options, args, timing)
+    except (ValueError, TypeError) as error:
+        raise UsageError(_first_line(error)) from None
+    if args.json:
+        tokens = record.token_ids[0]
+        seconds = timing["generate_seconds"]
+        timing["tokens_per_second"] = len(tokens) / max(seconds, 1e-9)
+        summary = {
+            "model": args.model,
+            "backend": _backend(),
+            "sampler": name,
+            "prompt": prompt,
+            "text": record.text[0],
+            "tokens": tokens,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(tokens),
+            "finish_reason": record.finish_reasons[0],
+            "timing": {k: round(v, 4) for k, v in timing.items()},
+        }
+        print(json.dumps(summary, ensure_ascii=False))
+    return 0
+
+
+def _generate(lm, prompt, options, args, timing):
+    """The `GenerationOutput` of one prompt, printed as it comes unless
+    `--json` or `--no-stream`; fills in `timing`."""
+    from keras_gen.streaming import GenerationOutput
+
+    started = time.perf_counter()
+    if args.no_stream:
+        record = lm.generate(prompt, return_dict=True, **options)
+        timing["generate_seconds"] = time.perf_counter() - started
+        if not args.json:
+            sys.stdout.write(prompt + record.text[0] + "\n")
+        return record
+    show = not args.json
+    if show:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+    chunks = []
+    for chunk in lm.stream(prompt, **options):
+        if "first_token_seconds" not in timing and chunk.token_ids[0]:
+            timing["first_token_seconds"] = time.perf_counter() - started
+        chunks.append(chunk)
+        if show:
+            sys.stdout.write(chunk.text[0])
+            sys.stdout.flush()
+    if show:
+        sys.stdout.write("\n")
+    timing["generate_seconds"] = time.perf_counter() - started
+    return GenerationOutput.join(chunks)
+
+
+def _backend():
+    import keras
+
+    return keras.config.backend()
+
+
+def run_serve(args):
+    try:
+        from keras_gen import serving
+    except ImportError as error:
+        print(
+            f"keras-gen serve needs the serving extra ({error.name} is "
+            "missing): pip install 'keras-gen[serve]'",
+            file=sys.stderr,
+        )
+        return 1
+    lm = load_model(args.model, args.dtype)
+    serving.serve(
+        lm,
+        host=args.host,
+        port=args.port,
+        model_name=args.model_name or args.model,
+        max_batch_size=args.max_batch_size,
+        batch_wait_seconds=args.batch_wait_ms / 1000,
+    )
+    return 0
+
+
+def benchmark_script():
+    """`tools/benchmark.py` of the source checkout keras_gen comes from."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(package), "tools", "benchmark.py")
+
+
+def run_bench(args):
+    script = benchmark_script()
+    if not os.path.isfile(script):
+        print(
+            f"keras-gen bench: error: {script} not found; the benchmark ships "
+            "with the source checkout, not the installed package",
+            file=sys.stderr,
+        )
+        return 1
+    extra = [a for a in args.args if a != "--"]
+    return subprocess.call([sys.executable, script, *extra], env=dict(os.environ))
+
+
+COMMANDS = {"generate": run_generate, "serve": run_serve, "bench": run_bench}
+
+
+def main(argv=None):
+    parser = build_parser()
+    # `bench` passes arguments it does not know on to the benchmark.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "bench":
+        args.args = [*args.args, *unknown]
+    try:
+        select_backend(getattr(args, "backend", None))
+        return COMMANDS[args.command](args)
+    except UsageError as error:
+        print(f"keras-gen {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Chat messages to a prompt, with the model's jinja2 chat template."""
+
+import jinja2
+import jinja2.sandbox
+
+# For models without a template (the demo model): plain "Role: text" lines.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ message['role'] | capitalize }}: {{ message['content'] }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+# Where a reply written with the default template ends.
+DEFAULT_STOP_STRINGS = ("\nUser:", "\nSystem:")
+
+
+def _raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+class ChatTemplate:
+    """Renders chat messages into one prompt string.
+
+    Uses the `chat_template` of the model's `tokenizer_config.json` (a
+    string, or a list of named templates of which "default" is used), the
+    way transformers' `apply_chat_template` does: a sandboxed jinja2
+    environment with `messages`, `add_generation_prompt`, `bos_token`,
+    `eos_token` and `raise_exception`. Models without a template get
+    `DEFAULT_CHAT_TEMPLATE`, and their replies stop at the next
+    `"\\nUser:"`.
+
+    Args:
+        template: the template source, or `None` for the default.
+        bos_token: str, the model's begin token text (`""` if none).
+        eos_token: str, the model's end token text (`""` if none).
+
+    Examples:
+    >>> ChatTemplate().render([{"role": "user", "content": "Hi"}])
+    'User: Hi\\nAssistant:'
+    """
+
+    def __init__(self, template=None, bos_token="", eos_token=""):
+        self.is_default = template is None
+        self.source = DEFAULT_CHAT_TEMPLATE if template is None else template
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True
+        )
+        environment.globals["raise_exception"] = _raise_exception
+        self.template = environment.from_string(self.source)
+        self.bos_token = bos_token or ""
+        self.eos_token = eos_token or ""
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer):
+        """The template of a `keras_gen.tokenizers.Tokenizer`'s config."""
+        config = getattr(tokenizer, "config", {}) or {}
+        template = config.get("chat_template")
+        if isinstance(template, list):
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+
+        def text(token_id):
+            if token_id is None:
+                return ""
+            return tokenizer.id_to_token(token_id) or ""
+
+        return cls(
+            template,
+            bos_token=text(getattr(tokenizer, "bos_token_id", None)),
+            eos_token=text(getattr(tokenizer, "eos_token_id", None)),
+        )
+
+    @property
+    def stop_strings(self):
+        """Strings that end a reply: only for the default template."""
+        return DEFAULT_STOP_STRINGS if self.is_default else ()
+
+    def render(self, messages, add_generation_prompt=True):
+        """The prompt for `messages` (dicts with "role" and "content")."""
+        return self.template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )

@@ -1,0 +1,320 @@
+"""One OpenAI-style completion or chat request, read and checked."""
+
+import itertools
+import json
+
+from keras_gen import processors as processors_lib
+from keras_gen import samplers
+from keras_gen.serving.api_error import APIError
+
+MAX_STOP_STRINGS = 4
+MAX_LOGPROBS = 5
+MAX_TOP_LOGPROBS = 20
+# Chat roles a message may have.
+ROLES = ("system", "user", "assistant", "tool", "developer")
+_unique = itertools.count()
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _field(body, name, check, expected, default=None):
+    """`body[name]` (or `default` when absent or null), checked."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not check(value):
+        raise APIError(
+            f"Invalid value for '{name}': expected {expected}, got {value!r}.",
+            param=name,
+            code="invalid_value" if _is_number(value) else "invalid_type",
+        )
+    return value
+
+
+def _number(body, name, low, high, default, low_open=False):
+    def check(v):
+        return _is_number(v) and (v > low if low_open else v >= low) and v <= high
+
+    bound = f"{'>' if low_open else '>='} {low} and <= {high}"
+    return _field(body, name, check, f"a number {bound}", default)
+
+
+def _count(body, name, low, high, default):
+    return _field(
+        body,
+        name,
+        lambda v: _is_int(v) and low <= v <= high,
+        f"an integer in [{low}, {high}]",
+        default,
+    )
+
+
+class CompletionRequest:
+    """A validated `/v1/completions` or `/v1/chat/completions` body.
+
+    Reads every field the server supports, checks types and ranges (an
+    `APIError` names the field at fault), tokenizes the prompt(s) and
+    builds the sampler and logits processors. Requests with equal
+    `batch_key`s can share one compiled generate call.
+
+    Supported fields: `model`, `prompt` (completions: a string, a list of
+    strings, a list of token ids or a list of such lists) or `messages`
+    (chat), `max_tokens` (chat also `max_completion_tokens`),
+    `temperature` (0 is greedy), `top_p`, `top_k`, `min_p`, `stop`, `seed`,
+    `n`, `logprobs` (completions: an int, top alternatives per token; chat:
+    a bool with `top_logprobs`), `presence_penalty`, `frequency_penalty`,
+    `repetition_penalty`, `stream`, `stream_options.include_usage`, and
+    vLLM's `ignore_eos`. Other fields are ignored.
+
+    Args:
+        body: the decoded JSON object.
+        kind: `"completion"` or `"chat"`.
+        model: the served model's `ServedModel`-like context: needs
+            `name`, `tokenizer`, `vocabulary_size`, `context_length`,
+            `chat_template` and `max_batch_size`.
+    """
+
+    def __init__(self, body, kind, model):
+        if not isinstance(body, dict):
+            raise APIError("The request body must be a JSON object.")
+        self.kind = kind
+        self.model_name = _field(
+            body, "model", lambda v: isinstance(v, str), "a string"
+        )
+        if self.model_name is None:
+            raise APIError("You must provide a model parameter.", param="model")
+        if self.model_name != model.name:
+            raise APIError(
+                f"The model '{self.model_name}' does not exist. This server "
+                f"serves '{model.name}'.",
+                status=404,
+                param="model",
+                code="model_not_found",
+            )
+        stop_strings = list(self._read_prompts(body, model))
+        self.n = _count(body, "n", 1, model.max_batch_size, 1)
+        if self.n * len(self.prompts) > model.max_batch_size:
+            raise APIError(
+                f"`n` times the number of prompts ({self.n * len(self.prompts)}) "
+                f"exceeds the server's batch size of {model.max_batch_size}.",
+                param="n",
+            )
+        self.stream = _field(
+            body, "stream", lambda v: isinstance(v, bool), "a boolean", False
+        )
+        options = _field(
+            body, "stream_options", lambda v: isinstance(v, dict), "an object", {}
+        )
+        self.include_usage = bool(options.get("include_usage"))
+        self.ignore_eos = _field(
+            body, "ignore_eos", lambda v: isinstance(v, bool), "a boolean", False
+        )
+        self._read_max_tokens(body, model)
+        self._read_logprobs(body)
+        self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)
+        self.seed = _count(body, "seed", -(2**63), 2**63 - 1, None)
+        self.sampler = self._read_sampler(body)
+        self.processors = self._read_processors(body)
+
+    def _read_prompts(self, body, model):
+        """Sets `self.prompts` (token id lists); yields template stop strings."""
+        if self.kind == "chat":
+            messages = body.get("messages")
+            if messages is None:
+                raise APIError(
+                    "Missing required parameter: 'messages'.", param="messages"
+                )
+            if not isinstance(messages, list) or not messages:
+                raise APIError(
+                    "'messages' must be a non-empty array.", param="messages"
+                )
+            for i, message in enumerate(messages):
+                if (
+                    not isinstance(message, dict)
+                    or message.get("role") not in ROLES
+                    or not isinstance(message.get("content"), str)
+                ):
+                    raise APIError(
+                        f"Invalid message at messages[{i}]: expected an object "
+                        f"with a 'role' in {list(ROLES)} and a string 'content'.",
+                        param=f"messages[{i}]",
+                    )
+            try:
+                text = model.chat_template.render(messages)
+            except Exception as error:  # jinja2's errors and the template's own
+                raise APIError(f"The chat template failed: {error}", param="messages")
+            self.prompts = [model.tokenizer.encode(text)]
+            yield from model.chat_template.stop_strings
+            return
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise APIError("Missing required parameter: 'prompt'.", param="prompt")
+        if isinstance(prompt, str):
+            texts = [prompt]
+        elif (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(p, str) for p in prompt)
+        ):
+            texts = prompt
+        elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+            texts, self.prompts = None, [prompt]
+        elif (
+            isinstance(prompt, list)
+            and prompt
+            and all(
+                isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt
+            )
+        ):
+            texts, self.prompts = None, prompt
+        else:
+            raise APIError(
+                "'prompt' must be a string, an array of strings, an array of "
+                "token ids or an array of token id arrays.",
+                param="prompt",
+                code="invalid_type",
+            )
+        if texts is not None:
+            self.prompts = [model.tokenizer.encode(t) for t in texts]
+        for row in self.prompts:
+            if not row:
+                raise APIError("'prompt' must not be empty.", param="prompt")
+            if any(not 0 <= t < model.vocabulary_size for t in row):
+                raise APIError(
+                    f"Token ids in 'prompt' must be in [0, {model.vocabulary_size}).",
+                    param="prompt",
+                )
+
+    def _read_max_tokens(self, body, model):
+        longest = max(len(p) for p in self.prompts)
+        room = model.context_length - longest
+        if room < 1:
+            raise APIError(
+                f"This model's maximum context length is {model.context_length} "
+                f"tokens, and the prompt has {longest}.",
+                param="messages" if self.kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+        name = "max_tokens"
+        if self.kind == "chat" and body.get("max_completion_tokens") is not None:
+            name = "max_completion_tokens"
+        default = 16 if self.kind == "completion" else room
+        self.max_tokens = _field(
+            body, name, lambda v: _is_int(v) and v >= 1, "a positive integer", default
+        )
+        if longest + self.max_tokens > model.context_length:
+            raise APIError(
+                f"This model's maximum context length is {model.context_length} "
+                f"tokens. However, you requested {longest + self.max_tokens} "
+                f"tokens ({longest} in the prompt, {self.max_tokens} for the "
+                f"completion). Please reduce '{name}'.",
+                param=name,
+                code="context_length_exceeded",
+            )
+
+    def _read_logprobs(self, body):
+        """`self.logprobs`: `None` (off) or how many alternatives per token."""
+        if self.kind == "completion":
+            self.logprobs = _count(body, "logprobs", 0, MAX_LOGPROBS, None)
+            return
+        wanted = _field(
+            body, "logprobs", lambda v: isinstance(v, bool), "a boolean", False
+        )
+        top = _count(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0)
+        if top and not wanted:
+            raise APIError(
+                "'top_logprobs' needs 'logprobs' set to true.", param="top_logprobs"
+            )
+        self.logprobs = top if wanted else None
+
+    def _read_stop(self, body):
+        stop = body.get("stop")
+        if stop is None:
+            return []
+        if isinstance(stop, str):
+            stop = [stop]
+        if (
+            not isinstance(stop, list)
+            or not all(isinstance(s, str) and s for s in stop)
+            or len(stop) > MAX_STOP_STRINGS
+        ):
+            raise APIError(
+                f"'stop' must be a non-empty string or an array of at most "
+                f"{MAX_STOP_STRINGS} non-empty strings.",
+                param="stop",
+            )
+        return stop
+
+    def _read_sampler(self, body):
+        """Greedy at temperature 0, else the sampler of the filter asked for."""
+        temperature = _number(body, "temperature", 0, 2, 1.0)
+        self.top_p = _number(body, "top_p", 0, 1, 1.0, low_open=True)
+        # vLLM's convention: top_k of 0 or -1 means no top-k filter.
+        self.top_k = _field(
+            body, "top_k", lambda v: _is_int(v) and v >= -1, "an integer >= -1", -1
+        )
+        self.min_p = _number(body, "min_p", 0, 1, 0.0)
+        if temperature == 0:
+            return samplers.get("greedy")
+        if self.top_p < 1:
+            return samplers.TopPSampler(p=self.top_p, temperature=temperature)
+        if self.min_p > 0:
+            return samplers.MinPSampler(p=self.min_p, temperature=temperature)
+        if self.top_k > 0:
+            return samplers.TopKSampler(k=self.top_k, temperature=temperature)
+        return samplers.RandomSampler(temperature=temperature)
+
+    def _read_processors(self, body):
+        chain = []
+        presence = _number(body, "presence_penalty", -2, 2, 0.0)
+        frequency = _number(body, "frequency_penalty", -2, 2, 0.0)
+        repetition = _number(body, "repetition_penalty", 0, 10, 1.0, low_open=True)
+        if repetition != 1:
+            chain.append(processors_lib.RepetitionPenalty(float(repetition)))
+        if presence:
+            chain.append(processors_lib.PresencePenalty(float(presence)))
+        if frequency:
+            chain.append(processors_lib.FrequencyPenalty(float(frequency)))
+        if isinstance(self.sampler, samplers.GreedySampler):
+            return chain
+        # The sampler applies one filter; the others run as processors.
+        if self.top_k > 0 and not isinstance(self.sampler, samplers.TopKSampler):
+            chain.append(processors_lib.TopK(self.top_k))
+        if self.min_p > 0 and not isinstance(self.sampler, samplers.MinPSampler):
+            chain.append(processors_lib.MinP(float(self.min_p)))
+        return chain
+
+    @property
+    def rows(self):
+        """Rows this request adds to a batch: each prompt `n` times."""
+        return [prompt for prompt in self.prompts for _ in range(self.n)]
+
+    @property
+    def batch_key(self):
+        """Requests with equal keys can run as rows of one generate call.
+
+        Everything that is one value per compiled call is in the key: the
+        sampler and its numbers, the processors, stop strings, the length
+        and the outputs asked for. A sampled request with a `seed` gets a
+        batch of its own, so that its text depends on the seed alone.
+        """
+        sampler = samplers.serialize(self.sampler)
+        sampled = not isinstance(self.sampler, samplers.GreedySampler)
+        return json.dumps(
+            [
+                sampler,
+                [processors_lib.serialize(p) for p in self.processors],
+                self.stop,
+                self.max_tokens,
+                self.logprobs,
+                self.ignore_eos,
+                next(_unique) if sampled and self.seed is not None else None,
+            ],
+            sort_keys=True,
+        )

@@ -1,0 +1,391 @@
+"""The OpenAI-compatible HTTP API: a FastAPI app and `serve`.
+
+Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`,
+`GET /v1/models`, `GET /health`. Requests are validated by
+`CompletionRequest`, batched by `BatchScheduler`, and answered as JSON or,
+with `"stream": true`, as server-sent events ending with `data: [DONE]`.
+"""
+
+import asyncio
+import contextlib
+import json
+import time
+import types
+import uuid
+
+import fastapi
+import fastapi.responses
+import starlette.exceptions
+
+from keras_gen.serving.api_error import APIError
+from keras_gen.serving.batch_scheduler import BatchScheduler
+from keras_gen.serving.chat_template import ChatTemplate
+from keras_gen.serving.completion_request import CompletionRequest
+from keras_gen.serving.generation_job import GenerationJob
+
+MAX_BODY_BYTES = 1 << 20
+OBJECTS = {
+    "completion": ("cmpl", "text_completion", "text_completion"),
+    "chat": ("chatcmpl", "chat.completion", "chat.completion.chunk"),
+}
+
+
+async def _read_json(request, max_body_bytes):
+    """The request's JSON body, with OpenAI-shaped errors."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_body_bytes:
+        raise _too_large(max_body_bytes)
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > max_body_bytes:
+            raise _too_large(max_body_bytes)
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise APIError(
+            f"We could not parse the JSON body of your request: {error}.",
+            code="invalid_json",
+        ) from None
+
+
+def _too_large(limit):
+    return APIError(
+        f"The request body is larger than {limit} bytes.",
+        status=413,
+        code="request_too_large",
+    )
+
+
+def _error_response(error):
+    return fastapi.responses.JSONResponse(error.to_dict(), status_code=error.status)
+
+
+class _Completion:
+    """Accumulates a job's chunks into OpenAI response objects."""
+
+    def __init__(self, request, served):
+        self.request = request
+        self.tokenizer = served.tokenizer
+        self.model = served.name
+        prefix, self.object, self.chunk_object = OBJECTS[request.kind]
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        rows = len(request.rows)
+        self.text = [""] * rows
+        self.tokens = [[] for _ in range(rows)]
+        self.log_probs = [[] for _ in range(rows)]
+        self.top = [[] for _ in range(rows)]
+        self.finish_reasons = [None] * rows
+
+    def add(self, pieces):
+        """Take in one chunk; per row, the piece and its new finish reason."""
+        added = []
+        for r, piece in enumerate(pieces):
+            reason = None
+            if self.finish_reasons[r] is None:
+                self.text[r] += piece["text"]
+                self.tokens[r] += piece["token_ids"]
+                self.log_probs[r] += piece["log_probs"] or []
+                self.top[r] += piece["top_logprobs"] or []
+                reason = self.finish_reasons[r] = piece["finish_reason"]
+            else:
+                piece = {**piece, "text": "", "token_ids": [], "log_probs": None}
+            added.append((piece, reason))
+        return added
+
+    def _token_text(self, token_id):
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
+
+    def logprobs(self, token_ids, log_probs, top, offset=0):
+        if self.request.logprobs is None:
+            return None
+        top = top or [None] * len(token_ids)
+        if self.request.kind == "chat":
+            return {
+                "content": [
+                    {
+                        **self._entry(t, lp),
+                        "top_logprobs": [self._entry(i, v) for i, v in alts or []],
+                    }
+                    for t, lp, alts in zip(token_ids, log_probs, top)
+                ]
+            }
+        texts = [self._token_text(t) for t in token_ids]
+        offsets = []
+        for text in texts:
+            offsets.append(offset)
+            offset += len(text)
+        return {
+            "tokens": texts,
+            "token_logprobs": log_probs,
+            "top_logprobs": (
+                [{self._token_text(i): v for i, v in alts} for alts in top]
+                if self.request.logprobs
+                else None
+            ),
+            "text_offset": offsets,
+        }
+
+    def _entry(self, token_id, log_prob):
+        text = self._token_text(token_id)
+        return {"token": text, "logprob": log_prob, "bytes": list(text.encode())}
+
+    def usage(self):
+        prompt = sum(len(p) for p in self.request.prompts)
+        completion = sum(len(t) for t in self.tokens)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _choice(self, index, text, logprobs, reason, delta=False):
+        if self.request.kind == "completion":
+            return {
+                "index": index,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": reason,
+            }
+        key = "delta" if delta else "message"
+        message = {"content": text} if delta else {"role": "assistant", "content": text}
+        return {
+            "index": index,
+            key: message,
+            "logprobs": logprobs,
+            "finish_reason": reason,
+        }
+
+    def _envelope(self, object_name, choices):
+        return {
+            "id": self.id,
+            "object": object_name,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def response(self):
+        choices = [
+            self._choice(
+                r,
+                self.text[r],
+                self.logprobs(self.tokens[r], self.log_probs[r], self.top[r]),
+                self.finish_reasons[r],
+            )
+            for r in range(len(self.text))
+        ]
+        return {**self._envelope(self.object, choices), "usage": self.usage()}
+
+    def first_chunk(self):
+        """Chat streams open with the assistant's role, as OpenAI's do."""
+        choices = [
+            {
+                "index": r,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            for r in range(len(self.text))
+        ]
+        return self._envelope(self.chunk_object, choices)
+
+    def chunk(self, added):
+        choices = []
+        for r, (piece, reason) in enumerate(added):
+            if not piece["text"] and not piece["token_ids"] and reason is None:
+                continue
+            offset = len(self.text[r]) - len(piece["text"])
+            logprobs = self.logprobs(
+                piece["token_ids"],
+                piece["log_probs"] or [],
+                piece["top_logprobs"],
+                offset,
+            )
+            choices.append(self._choice(r, piece["text"], logprobs, reason, delta=True))
+        return self._envelope(self.chunk_object, choices) if choices else None
+
+    def usage_chunk(self):
+        return {**self._envelope(self.chunk_object, []), "usage": self.usage()}
+
+
+def _sse(data):
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _stream_events(job, completion):
+    try:
+        if completion.request.kind == "chat":
+            yield _sse(completion.first_chunk())
+        async for event in job.events():
+            if event["type"] == "error":
+                yield _sse(event["error"].to_dict())
+                break
+            if event["type"] == "chunk":
+                chunk = completion.chunk(completion.add(event["rows"]))
+                if chunk is not None:
+                    yield _sse(chunk)
+        if completion.request.include_usage:
+            yield _sse(completion.usage_chunk())
+        yield "data: [DONE]\n\n"
+    finally:
+        # Ended, or the client went away (the response task is cancelled).
+        job.cancel()
+
+
+async def _complete(job, completion):
+    try:
+        async for event in job.events():
+            if event["type"] == "error":
+                raise event["error"]
+            if event["type"] == "chunk":
+                completion.add(event["rows"])
+    finally:
+        job.cancel()
+    return completion.response()
+
+
+def _add_error_handlers(app):
+    """Every error, ours or the framework's, in the OpenAI error shape."""
+
+    @app.exception_handler(APIError)
+    async def api_error(request, error):
+        return _error_response(error)
+
+    @app.exception_handler(starlette.exceptions.HTTPException)
+    async def http_error(request, error):
+        return _error_response(
+            APIError(str(error.detail), status=error.status_code, code=None)
+        )
+
+    @app.exception_handler(Exception)
+    async def server_error(request, error):
+        return _error_response(
+            APIError(
+                f"Internal error: {type(error).__name__}: {error}",
+                status=500,
+                type="server_error",
+            )
+        )
+
+
+def _add_routes(app, scheduler, served, started, max_body_bytes):
+    """The four endpoints."""
+    import keras
+
+    model_name = served.name
+
+    @app.get("/health")
+    async def health():
+        return {
+            "status": "ok",
+            "model": model_name,
+            "backend": keras.config.backend(),
+            **scheduler.stats,
+        }
+
+    @app.get("/v1/models")
+    async def models():
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": started,
+                    "owned_by": "keras-gen",
+                    "context_length": served.context_length,
+                }
+            ],
+        }
+
+    async def generate(request, kind):
+        body = await _read_json(request, max_body_bytes)
+        parsed = CompletionRequest(body, kind, served)
+        job = GenerationJob(parsed, asyncio.get_running_loop())
+        completion = _Completion(parsed, served)
+        scheduler.submit(job)
+        if parsed.stream:
+            return fastapi.responses.StreamingResponse(
+                _stream_events(job, completion),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return await _complete(job, completion)
+
+    @app.post("/v1/completions")
+    async def completions(request: fastapi.Request):
+        return await generate(request, "completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: fastapi.Request):
+        return await generate(request, "chat")
+
+
+def create_app(
+    lm,
+    model_name="demo",
+    max_batch_size=8,
+    batch_wait_seconds=0.01,
+    num_workers=4,
+    stream_chunk_size=4,
+    max_body_bytes=MAX_BODY_BYTES,
+):
+    """A FastAPI app serving `lm` with the OpenAI completions API.
+
+    Args:
+        lm: a `keras_gen.models.CausalLM` with a tokenizer.
+        model_name: str, the name clients pass as `model`.
+        max_batch_size, batch_wait_seconds, num_workers, stream_chunk_size:
+            see `BatchScheduler`.
+        max_body_bytes: int, larger request bodies get a 413.
+
+    Examples:
+    >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
+    """
+    if lm.tokenizer is None:
+        raise ValueError("The served model needs a tokenizer.")
+    scheduler = BatchScheduler(
+        lm,
+        max_batch_size=max_batch_size,
+        batch_wait_seconds=batch_wait_seconds,
+        num_workers=num_workers,
+        stream_chunk_size=stream_chunk_size,
+    )
+    served = types.SimpleNamespace(
+        name=model_name,
+        tokenizer=lm.tokenizer,
+        vocabulary_size=lm.backbone.vocabulary_size,
+        context_length=lm.backbone.max_sequence_length,
+        chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
+        max_batch_size=max_batch_size,
+    )
+    started = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        scheduler.start()
+        yield
+        await asyncio.to_thread(scheduler.close)
+
+    app = fastapi.FastAPI(title="keras-gen", lifespan=lifespan)
+    app.state.scheduler = scheduler
+    app.state.served = served
+
+    _add_error_handlers(app)
+    _add_routes(app, scheduler, served, started, max_body_bytes)
+    return app
+
+
+def serve(lm, host="127.0.0.1", port=8000, model_name="demo", **options):
+    """Serve `lm` with uvicorn until interrupted (see `create_app`)."""
+    import uvicorn
+
+    uvicorn.run(
+        create_app(lm, model_name=model_name, **options),
+        host=host,
+        port=port,
+        log_level="info",
+    )

@@ -1,0 +1,382 @@
+"""The `keras-gen` command, in process and as `python -m keras_gen`."""
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from keras_gen import cli
+from tests.text_models import save_tiny_text_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT = "The for statement"
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_model")
+    lm = save_tiny_text_model(path)
+    return str(path), lm
+
+
+def run(capsys, *argv):
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def command(*argv, env=None, timeout=600, stdin=None):
+    """`python -m keras_gen ...` in a subprocess, from the repository root."""
+    env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "keras_gen", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+        input=stdin,
+    )
+
+
+@pytest.mark.parametrize("name", ["generate", "serve", "bench"])
+def test_help(capsys, name):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([name, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--backend" in out
+    if name == "generate":
+        for flag in ("--sampler", "--top-k", "--stop", "--no-stream", "--json"):
+            assert flag in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate"], "required: prompt"),
+        (["generate", "x", "--bogus"], "unrecognized arguments: --bogus"),
+        (["generate", "x", "--top-k", "0"], "--top-k: 0 must be >= 1"),
+        (["generate", "x", "--top-p", "1.5"], "--top-p"),
+        (["generate", "x", "--temperature", "hot"], "'hot' is not a number"),
+        (["generate", "x", "--sampler", "magic"], "invalid choice: 'magic'"),
+        (["generate", "x", "--backend", "numpy"], "invalid choice: 'numpy'"),
+        (["serve", "--port", "99999"], "--port"),
+        ([], "required"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err
+
+
+def test_missing_model_folder_names_the_path(capsys, tmp_path):
+    missing = str(tmp_path / "no_such_model")
+    status, _, err = run(capsys, "generate", "x", "--model", missing)
+    assert status == 2
+    assert missing in err and len(err.strip().splitlines()) == 1
+
+
+def test_prompt_too_long_for_the_context(capsys, model_folder):
+    path, _ = model_folder
+    status, _, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "1000"
+    )
+    assert status == 2 and "context" in err
+
+
+def test_unavailable_sampler_is_a_clean_error(capsys, model_folder, monkeypatch):
+    from keras_gen.samplers import registry
+
+    monkeypatch.delitem(registry.SAMPLERS, "top_k")
+    path, _ = model_folder
+    status, _, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--sampler", "top_k"
+    )
+    assert status == 2 and "not available" in err
+
+
+def test_json_output_matches_generate(capsys, model_folder):
+    path, lm = model_folder
+    status, out, _ = run(
+        capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "6", "--json"
+    )
+    assert status == 0
+    record = json.loads(out)
+    expected = lm.generate(PROMPT, max_new_tokens=6, return_dict=True)
+    assert record["text"] == expected.text[0]
+    assert record["tokens"] == expected.token_ids[0]
+    assert record["finish_reason"] == expected.finish_reasons[0]
+    assert record["sampler"] == "greedy"
+    assert record["prompt_tokens"] == len(lm.tokenizer.encode(PROMPT))
+    assert set(record["timing"]) >= {
+        "load_seconds",
+        "first_token_seconds",
+        "generate_seconds",
+        "tokens_per_second",
+    }
+
+
+def test_streamed_and_plain_output_agree(capsys, model_folder):
+    path, lm = model_folder
+    expected = lm.generate(PROMPT, max_new_tokens=6)
+    for flags in ([], ["--no-stream"]):
+        status, out, _ = run(
+            capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "6", *flags
+        )
+        assert status == 0
+        assert out == expected + "\n"
+
+
+def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
+    path, lm = model_folder
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
+    status, out, _ = run(
+        capsys,
+        "generate",
+        "-",
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
+    )
+    assert status == 0
+    record = json.loads(out)
+    assert record["prompt"] == PROMPT and record["sampler"] == "top_k"
+    status, again, _ = run(
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
+    )
+    assert json.loads(again)["tokens"] == record["tokens"]
+    status, plain, _ = run(
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--sampler",
+        "top_k",
+        "--top-k",
+        "3",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--repetition-penalty",
+        "1.3",
+        "--stop",
+        "zzz",
+        "qqq",
+        "--no-stream",
+    )
+    assert json.loads(plain)["tokens"] == record["tokens"]
+
+
+def test_backend_flag_before_the_command(capsys, model_folder):
+    import keras
+
+    path, _ = model_folder
+    backend = keras.config.backend()
+    status, out, _ = run(
+        capsys,
+        "--backend",
+        backend,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--max-new-tokens",
+        "2",
+        "--json",
+    )
+    assert status == 0 and json.loads(out)["backend"] == backend
+    other = "jax" if backend != "jax" else "torch"
+    status, _, err = run(capsys, "generate", PROMPT, "--backend", other)
+    assert status == 2 and "already loaded" in err
+
+
+def test_bench_runs_the_benchmark_script(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli, "benchmark_script", lambda: str(tmp_path / "missing.py"))
+    status, _, err = run(capsys, "bench")
+    assert status == 1 and "missing.py" in err
+    script = tmp_path / "benchmark.py"
+    script.write_text("import sys\nsys.exit(7 if sys.argv[1:] == ['--quick'] else 0)\n")
+    monkeypatch.setattr(cli, "benchmark_script", lambda: str(script))
+    assert cli.main(["bench"]) == 0
+    assert cli.main(["bench", "--quick"]) == 7
+
+
+def test_importing_the_command_does_not_load_keras():
+    code = "import sys, keras_gen.cli; print('keras' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+    )
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_backend_flag_selects_the_backend(model_folder):
+    path, _ = model_folder
+    tokens = {}
+    for backend in ("jax", "tensorflow", "torch"):
+        result = command(
+            "generate",
+            PROMPT,
+            "--model",
+            path,
+            "--max-new-tokens",
+            "5",
+            "--json",
+            "--backend",
+            backend,
+            env={"KERAS_BACKEND": "tensorflow" if backend != "tensorflow" else "jax"},
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        record = json.loads(result.stdout)
+        assert record["backend"] == backend
+        tokens[backend] = record["tokens"]
+    # Same seeded weights on every backend: the same greedy tokens.
+    assert tokens["jax"] == tokens["tensorflow"] == tokens["torch"]
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_default_backend_is_jax_and_stdin_works(model_folder):
+    path, _ = model_folder
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keras_gen",
+            "generate",
+            "-",
+            "--model",
+            path,
+            "--max-new-tokens",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        input=PROMPT,
+        cwd=ROOT,
+        timeout=600,
+        env={**env, "PYTHONPATH": ROOT},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["backend"] == "jax"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_serve_answers_over_http(model_folder):
+    pytest.importorskip("fastapi")
+    path, lm = model_folder
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keras_gen",
+            "serve",
+            "--model",
+            path,
+            "--model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the server did not come up"
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                    if json.load(response)["status"] == "ok":
+                        break
+            except OSError:
+                time.sleep(0.5)
+        body = json.dumps(
+            {"model": "tiny", "prompt": PROMPT, "max_tokens": 5, "temperature": 0}
+        ).encode()
+        request = urllib.request.Request(
+            f"{url}/v1/completions", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:
+            answer = json.load(response)
+        expected = lm.generate(PROMPT, max_new_tokens=5, strip_prompt=True)
+        assert answer["choices"][0]["text"] == expected
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)

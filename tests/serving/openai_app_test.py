@@ -1,0 +1,349 @@
+"""The HTTP server, end to end: a real uvicorn on 127.0.0.1 and httpx."""
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+
+from keras_gen.serving import BatchScheduler  # noqa: E402
+from keras_gen.serving import ChatTemplate  # noqa: E402
+from keras_gen.serving import create_app  # noqa: E402
+from tests.text_models import tiny_text_lm  # noqa: E402
+
+# Each worker compiles its own programs: heavy enough to run on one backend.
+pytestmark = pytest.mark.only_backend("jax")
+
+MODEL = "tiny"
+TIMEOUT = 120
+PROMPTS = [
+    "The for statement",
+    "A class",
+    "Exceptions are raised when",
+    "The while",
+    "is used",
+    "an error is detected during execution",
+    "The",
+    "iterate over the elements of a sequence",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    lm = tiny_text_lm()
+    app = create_app(
+        lm, model_name=MODEL, batch_wait_seconds=0.2, num_workers=2, max_batch_size=8
+    )
+    port = free_port()
+    uvicorn_server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uvicorn_server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT)
+    try:
+        yield client, lm, app.state.scheduler
+    finally:
+        client.close()
+        uvicorn_server.should_exit = True
+        thread.join(30)
+
+
+def complete(client, prompt, **fields):
+    body = {"model": MODEL, "prompt": prompt, "temperature": 0, **fields}
+    response = client.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def events(response):
+    """The decoded `data:` payloads of a server-sent event stream."""
+    payloads = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            payloads.append(data if data == "[DONE]" else json.loads(data))
+    return payloads
+
+
+def expected(lm, prompt, max_new_tokens, **options):
+    record = lm.generate(
+        prompt, max_new_tokens=max_new_tokens, return_dict=True, **options
+    )
+    return record.text[0], record.token_ids[0], record.finish_reasons[0]
+
+
+def test_health_and_models(server):
+    client, lm, _ = server
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["model"] == MODEL
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == MODEL
+    assert models["data"][0]["context_length"] == lm.backbone.max_sequence_length
+
+
+def test_completion_equals_generate(server):
+    client, lm, _ = server
+    answer = complete(client, "The for statement", max_tokens=12)
+    text, tokens, reason = expected(lm, "The for statement", 12)
+    choice = answer["choices"][0]
+    assert answer["object"] == "text_completion" and answer["model"] == MODEL
+    assert choice["text"] == text
+    assert choice["finish_reason"] == reason
+    assert answer["usage"]["completion_tokens"] == len(tokens)
+    assert answer["usage"]["prompt_tokens"] == len(
+        lm.tokenizer.encode("The for statement")
+    )
+
+
+def test_streamed_completion_joins_to_the_plain_one(server):
+    client, lm, _ = server
+    body = {"model": MODEL, "prompt": "A class", "max_tokens": 14, "temperature": 0}
+    with client.stream(
+        "POST", "/v1/completions", json={**body, "stream": True}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        chunks = events(response)
+    assert chunks[-1] == "[DONE]"
+    chunks = chunks[:-1]
+    assert len(chunks) > 1, "one chunk per token group, not one at the end"
+    assert all(c["object"] == "text_completion" for c in chunks)
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert text == complete(client, "A class", max_tokens=14)["choices"][0]["text"]
+    assert reasons[-1] in ("stop", "length") and set(reasons[:-1]) == {None}
+
+
+def test_chat_completion_uses_the_template(server):
+    client, lm, _ = server
+    messages = [{"role": "user", "content": "What is a class?"}]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 10, "temperature": 0}
+    answer = client.post("/v1/chat/completions", json=body).json()
+    prompt = ChatTemplate().render(messages)
+    text, _, reason = expected(
+        lm, prompt, 10, stop_strings=list(ChatTemplate().stop_strings)
+    )
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": text}
+    assert answer["choices"][0]["finish_reason"] == reason
+
+    with client.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}
+    ) as r:
+        chunks = events(r)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks[:-1])
+    streamed = "".join(
+        c["choices"][0]["delta"].get("content", "") for c in chunks[:-1] if c["choices"]
+    )
+    assert streamed == text
+
+
+def test_concurrent_clients_each_get_their_own_answer(server):
+    client, lm, scheduler = server
+    batches_before = scheduler.stats["batches"]
+    answers = [None] * len(PROMPTS)
+
+    def ask(i):
+        with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
+            answers[i] = complete(own, PROMPTS[i], max_tokens=8)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    for prompt, answer in zip(PROMPTS, answers):
+        assert answer is not None
+        assert answer["choices"][0]["text"] == expected(lm, prompt, 8)[0], prompt
+    # Requests that arrived together shared generate calls.
+    assert scheduler.stats["batches"] - batches_before < len(PROMPTS)
+
+
+def test_n_logprobs_and_seed(server):
+    client, lm, _ = server
+    answer = complete(client, "The", max_tokens=5, n=2, logprobs=2)
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    logprobs = answer["choices"][0]["logprobs"]
+    assert len(logprobs["tokens"]) == len(logprobs["token_logprobs"]) == 5
+    assert all(len(top) <= 2 for top in logprobs["top_logprobs"])
+    assert all(lp <= 0 for lp in logprobs["token_logprobs"])
+    sampled = dict(temperature=0.9, top_k=20, seed=7, max_tokens=6)
+    first = complete(client, "The", **sampled)["choices"][0]["text"]
+    assert complete(client, "The", **sampled)["choices"][0]["text"] == first
+
+
+def wait_until_idle(client, timeout=60):
+    deadline = time.monotonic() + timeout
+    while client.get("/health").json()["running_batches"]:
+        assert time.monotonic() < deadline, "a batch kept running"
+        time.sleep(0.05)
+    return client.get("/health").json()
+
+
+@pytest.fixture
+def slow_delivery(monkeypatch):
+    """Each delivered chunk takes 20 ms: long generations stay long."""
+    deliver = BatchScheduler._deliver
+
+    def slow(self, *args):
+        time.sleep(0.02)
+        return deliver(self, *args)
+
+    monkeypatch.setattr(BatchScheduler, "_deliver", slow)
+
+
+@pytest.mark.slow
+def test_disconnect_mid_stream_stops_generation(server, slow_delivery):
+    client, lm, _ = server
+    before = wait_until_idle(client)
+    body = {
+        "model": MODEL,
+        "prompt": "The while",
+        "max_tokens": 200,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
+        with own.stream("POST", "/v1/completions", json=body) as response:
+            lines = response.iter_lines()
+            received = [
+                line for line, _ in zip(lines, range(4)) if line.startswith("data")
+            ]
+    assert received
+    after = wait_until_idle(client)
+    assert after["cancelled_batches"] == before["cancelled_batches"] + 1
+    # 200 tokens would take at least 50 chunks of 4; it stopped well before.
+    assert after["tokens"] - before["tokens"] < 150
+
+
+@pytest.mark.slow
+def test_a_short_request_does_not_wait_for_a_long_one(server, slow_delivery):
+    client, _, _ = server
+    wait_until_idle(client)
+    long_body = {
+        "model": MODEL,
+        "prompt": "The while",
+        "max_tokens": 240,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    done = {}
+
+    def ask_long():
+        with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
+            own.post("/v1/completions", json=long_body)
+            done["long"] = time.monotonic()
+
+    thread = threading.Thread(target=ask_long)
+    thread.start()
+    time.sleep(0.5)
+    complete(client, "A class", max_tokens=4)
+    done["short"] = time.monotonic()
+    thread.join(TIMEOUT)
+    assert done["short"] < done["long"]
+
+
+@pytest.mark.parametrize(
+    "body, status, param, code",
+    [
+        (b"{not json", 400, None, "invalid_json"),
+        (b"[1, 2]", 400, None, None),
+        (json.dumps({"model": MODEL}).encode(), 400, "prompt", None),
+        (json.dumps({"prompt": "x"}).encode(), 400, "model", None),
+        (
+            json.dumps({"model": MODEL, "prompt": "x", "max_tokens": "ten"}).encode(),
+            400,
+            "max_tokens",
+            "invalid_type",
+        ),
+        (
+            json.dumps({"model": MODEL, "prompt": "x", "temperature": -1}).encode(),
+            400,
+            "temperature",
+            "invalid_value",
+        ),
+        (
+            json.dumps({"model": MODEL, "prompt": 5}).encode(),
+            400,
+            "prompt",
+            "invalid_type",
+        ),
+        (
+            json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10_000}).encode(),
+            400,
+            "max_tokens",
+            "context_length_exceeded",
+        ),
+        (
+            json.dumps({"model": "gpt-4", "prompt": "x"}).encode(),
+            404,
+            "model",
+            "model_not_found",
+        ),
+        (
+            json.dumps({"model": MODEL, "prompt": "x" * (2 << 20)}).encode(),
+            413,
+            None,
+            "request_too_large",
+        ),
+    ],
+    ids=[
+        "malformed-json",
+        "not-an-object",
+        "no-prompt",
+        "no-model",
+        "wrong-type",
+        "out-of-range",
+        "prompt-type",
+        "beyond-context",
+        "unknown-model",
+        "oversized",
+    ],
+)
+def test_bad_requests_get_openai_errors(server, body, status, param, code):
+    client, _, _ = server
+    response = client.post(
+        "/v1/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
+    assert error["param"] == param and error["code"] == code
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def test_bad_chat_requests_and_routes(server):
+    client, _, _ = server
+    for messages in (
+        None,
+        [],
+        [{"role": "wizard", "content": "hi"}],
+        [{"role": "user"}],
+    ):
+        body = {"model": MODEL, "messages": messages}
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 400
+        assert response.json()["error"]["param"].startswith("messages")
+    response = client.get("/v1/nothing")
+    assert response.status_code == 404 and "error" in response.json()
+    assert client.get("/v1/completions").status_code == 405

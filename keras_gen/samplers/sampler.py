@@ -121,6 +121,13 @@ class Sampler:
         """
         raise NotImplementedError
 
+    def filter_logits(self, logits):
+        """The logits a sampling `get_next_token` draws from: `-inf` where a
+        token is cut (top-k, top-p, min-p). Speculative decoding reads the
+        filtered distribution through this; by default nothing is cut.
+        """
+        return logits
+
     def start(
         self,
         prompt,

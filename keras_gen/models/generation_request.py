@@ -134,7 +134,7 @@ class GenerationRequest:
         ]
         self.shown_text = [""] * len(prompts)
 
-    def _advance_rows(self, token_ids, index):
+    def _advance_rows(self, token_ids, positions):
         """Per row, the `[start, stop)` positions that became final."""
         spans = []
         for r, (row, end) in enumerate(zip(token_ids, self.ends)):
@@ -142,7 +142,7 @@ class GenerationRequest:
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
                 continue
-            stop = max(start, min(index, end))
+            stop = max(start, min(positions[r], end))
             for position in range(start, stop):
                 if row[position] in self.stop_token_ids or (
                     self.stop_conditions.ends_at(row, position)
@@ -162,12 +162,19 @@ class GenerationRequest:
 
         Args:
             outputs: the program's output dict of arrays (`token_ids` and
-                the requested per-step outputs), or the loop state.
+                the requested per-step outputs), or the loop state. With
+                per-row `lengths` (speculative decoding), each row is read
+                up to its own length, and `accepted_tokens` and
+                `draft_tokens` go into the record.
             index: how many positions the program has generated up to.
             time_is_up: end every running row with reason `"time"`.
         """
         token_ids = np.asarray(ops.convert_to_numpy(outputs["token_ids"]))
-        spans = self._advance_rows(token_ids, index)
+        positions = [index] * len(self.prompts)
+        if "lengths" in outputs:
+            lengths = ops.convert_to_numpy(outputs["lengths"])
+            positions = [min(index, int(n)) for n in lengths]
+        spans = self._advance_rows(token_ids, positions)
         if time_is_up:
             self.finish_reasons = [reason or "time" for reason in self.finish_reasons]
         record = GenerationOutput(
@@ -184,6 +191,10 @@ class GenerationRequest:
                     name,
                     [window[r, a - low : b - low] for r, (a, b) in enumerate(spans)],
                 )
+        for name in ("accepted_tokens", "draft_tokens"):
+            if name in outputs:
+                counts = ops.convert_to_numpy(outputs[name])
+                setattr(record, name, [int(n) for n in counts])
         if self.tokenizer is not None:
             record.text = [self._text(r, ids) for r, ids in enumerate(record.token_ids)]
         if self.done:

@@ -37,6 +37,11 @@ class GenerationOutput:
             the new tokens.
         sequence_scores: beam search only: the length-normalised score of
             each returned sequence.
+        accepted_tokens: speculative decoding only: per row, how many
+            draft tokens the target accepted so far.
+        draft_tokens: speculative decoding only: per row, how many draft
+            tokens were proposed so far (`accepted_tokens / draft_tokens`
+            is the row's acceptance rate).
     """
 
     token_ids: list
@@ -48,6 +53,8 @@ class GenerationOutput:
     hidden_states: list = None
     sequences: list = None
     sequence_scores: list = None
+    accepted_tokens: list = None
+    draft_tokens: list = None
 
     @property
     def finished(self):
@@ -73,6 +80,9 @@ class GenerationOutput:
             ],
             "sequences": last.sequences,
             "sequence_scores": last.sequence_scores,
+            # Counts so far: the last chunk's are the totals.
+            "accepted_tokens": last.accepted_tokens,
+            "draft_tokens": last.draft_tokens,
         }
         if first.text is not None:
             joined["text"] = ["".join(c.text[r] for c in chunks) for r in rows]

@@ -164,7 +164,7 @@ class GenerationRequest:
             outputs: the program's output dict of arrays (`token_ids` and
                 the requested per-step outputs), or the loop state. With
                 per-row `lengths` (speculative decoding), each row is read
-                up to its own length, and `accepted_tokens` and
+                up to its own length instead of `index`, and `accepted_tokens` and
                 `draft_tokens` go into the record.
             index: how many positions the program has generated up to.
             time_is_up: end every running row with reason `"time"`.
@@ -173,7 +173,7 @@ class GenerationRequest:
         positions = [index] * len(self.prompts)
         if "lengths" in outputs:
             lengths = ops.convert_to_numpy(outputs["lengths"])
-            positions = [min(index, int(n)) for n in lengths]
+            positions = [int(n) for n in lengths]
         spans = self._advance_rows(token_ids, positions)
         if time_is_up:
             self.finish_reasons = [reason or "time" for reason in self.finish_reasons]

@@ -280,8 +280,14 @@ class SpeculativeSampler(Sampler):
             accepted = leading_count(drafts == choices[:, :count])
             correction = take_rows(choices, accepted[:, None])[:, 0]
         else:
-            filtered = self.sampler.filter_logits(scores)
-            probabilities = ops.softmax(filtered, axis=-1)  # (batch, K+1, vocab)
+            # Filters take (batch, vocab): fold the K + 1 positions in.
+            batch, width, vocabulary_size = ops.shape(scores)
+            filtered = self.sampler.filter_logits(
+                ops.reshape(scores, (batch * width, vocabulary_size))
+            )
+            probabilities = ops.reshape(
+                ops.softmax(filtered, axis=-1), (batch, width, vocabulary_size)
+            )
             p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
             q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
             uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
@@ -351,15 +357,7 @@ class SpeculativeSampler(Sampler):
         )
         if "stop_sequences" in loop:
             matches = [
-                ops.concatenate(
-                    [
-                        stopping.stop_match(
-                            token_ids[b : b + 1], lengths[b] + j, loop["stop_sequences"]
-                        )
-                        for b in range(ops.shape(tokens)[0])
-                    ],
-                    axis=0,
-                )
+                stopping.stop_match(token_ids, lengths + j, loop["stop_sequences"])
                 for j in range(ops.shape(tokens)[1])
             ]
             is_stop = ops.logical_or(is_stop, ops.stack(matches, axis=1))

@@ -332,6 +332,8 @@ class SpeculativeSampler(Sampler):
         kept = ops.minimum(accepted + 1, loop["end"] - lengths)
         kept, stopped = self._stop(loop, token_ids, tokens, kept)
         kept = ops.where(running, kept, 0)
+        # Proposals that could be kept: none past the row's last position.
+        usable = ops.where(running, ops.clip(loop["end"] - lengths - 1, 0, count), 0)
         loop = self._record(
             loop, tokens, logits=logits, scores=scores, hidden_states=hidden_states
         )
@@ -344,8 +346,8 @@ class SpeculativeSampler(Sampler):
             "lengths": lengths + kept,
             "done": ops.logical_or(loop["done"], ops.logical_and(running, stopped)),
             "accepted_tokens": loop["accepted_tokens"]
-            + ops.where(running, ops.minimum(accepted, kept), 0),
-            "draft_tokens": loop["draft_tokens"] + ops.where(running, count, 0),
+            + ops.minimum(ops.minimum(accepted, kept), usable),
+            "draft_tokens": loop["draft_tokens"] + usable,
         }
 
     def _stop(self, loop, token_ids, tokens, kept):

@@ -40,8 +40,9 @@ class GenerationOutput:
         accepted_tokens: speculative decoding only: per row, how many
             draft tokens the target accepted so far.
         draft_tokens: speculative decoding only: per row, how many draft
-            tokens were proposed so far (`accepted_tokens / draft_tokens`
-            is the row's acceptance rate).
+            tokens were proposed so far, not counting proposals past the
+            row's length limit (`accepted_tokens / draft_tokens` is the
+            row's acceptance rate).
     """
 
     token_ids: list

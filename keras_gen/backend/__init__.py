@@ -87,6 +87,17 @@ def update_slice(x, update, start, axis):
     return _impl.update_slice(x, update, start, axis)
 
 
+def update_rows(x, update, starts, axis):
+    """`x` with row `b` of `update` written along `axis` from `starts[b]`.
+
+    The per-row form of `update_slice`: `x` and `update` share the batch
+    axis 0 and `starts` is a `(batch,)` int tensor, so that each row of a
+    batch can write at its own position (speculative decoding advances rows
+    by different counts). Every write must lie inside `x`.
+    """
+    return _impl.update_rows(x, update, starts, axis)
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     """`(batch, vocabulary_size)` sums of `weights` per token id, row by row.
 

@@ -49,6 +49,15 @@ def update_slice(x, update, start, axis):
     return jax.lax.dynamic_update_slice_in_dim(x, update, start, axis=axis)
 
 
+def update_rows(x, update, starts, axis):
+    def update_row(row, row_update, start):
+        return jax.lax.dynamic_update_slice_in_dim(
+            row, row_update.astype(row.dtype), start, axis=axis - 1
+        )
+
+    return jax.vmap(update_row)(x, update, jax.numpy.asarray(starts, "int32"))
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     jnp = jax.numpy
     token_ids = jnp.asarray(token_ids, "int32")

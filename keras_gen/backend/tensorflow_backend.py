@@ -59,6 +59,24 @@ def update_slice(x, update, start, axis):
     )
 
 
+def update_rows(x, update, starts, axis):
+    # A scatter of whole trailing slices: indices `(*update.shape[:axis + 1],
+    # axis + 1)` name the batch row, the leading axes and the position.
+    shape = tf.shape(update)[: axis + 1]
+    grids = []
+    for dim in range(axis + 1):
+        size = tf.shape(update)[dim]
+        ones = [1] * (axis + 1)
+        ones[dim] = -1
+        grid = tf.reshape(tf.range(size), ones)
+        if dim == axis:
+            starts_shape = [-1] + [1] * axis
+            grid = grid + tf.reshape(tf.cast(starts, "int32"), starts_shape)
+        grids.append(tf.broadcast_to(grid, shape))
+    indices = tf.stack(grids, axis=-1)
+    return tf.tensor_scatter_nd_update(x, indices, tf.cast(update, x.dtype))
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = tf.cast(token_ids, "int32")
     weights = tf.cast(weights, "float32")

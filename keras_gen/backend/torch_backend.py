@@ -79,6 +79,21 @@ def update_slice(x, update, start, axis):
     return x.index_copy(axis, positions, update.to(x.dtype))
 
 
+def update_rows(x, update, starts, axis):
+    # Advanced indexing over axes 0..axis; the index tensors broadcast to
+    # `update.shape[:axis + 1]`.
+    starts = torch.as_tensor(starts, device=x.device).to(torch.int64)
+    indices = []
+    for dim in range(axis + 1):
+        shape = [1] * (axis + 1)
+        shape[dim] = update.shape[dim]
+        index = torch.arange(update.shape[dim], device=x.device).reshape(shape)
+        if dim == axis:
+            index = index + starts.reshape([-1] + [1] * axis)
+        indices.append(index)
+    return x.index_put(tuple(indices), update.to(x.dtype))
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = torch.as_tensor(token_ids).to(torch.int64)
     weights = torch.as_tensor(weights, device=token_ids.device).to(torch.float32)

@@ -27,7 +27,8 @@ class CachedAttention(keras.layers.Layer):
         value: same shape as `key`.
         cache: `None`, or a `(key_cache, value_cache)` pair, each
             `(batch, num_key_value_heads, cache_length, head_dim)`.
-        index: scalar int tensor, the position of the first new token.
+        index: scalar int tensor, the position of the first new token, or
+            a `(batch,)` int tensor: one such position per row.
         seed_cache: bool. When `True` the new keys and values are written
             into the cache but the queries attend to the new tokens only:
             cache seeding costs `length**2`, not `length * cache_length`.
@@ -53,20 +54,27 @@ class CachedAttention(keras.layers.Layer):
         # Under a `keras.distribution` each device attends with its own
         # heads (and rows): no-ops otherwise.
         query, key, value = map(layouts.shard_heads, (query, key, value))
+        # A `(batch,)` index: each row writes and attends from its own
+        # position (speculative decoding). A scalar index is the fast path.
+        per_row = len(getattr(index, "shape", ())) == 1
+        update = backend.update_rows if per_row else backend.update_slice
         keys, values, key_start = key, value, index
         if cache is not None:
             key_cache, value_cache = cache
-            key_cache = backend.update_slice(key_cache, key, index, axis=2)
-            value_cache = backend.update_slice(value_cache, value, index, axis=2)
+            key_cache = update(key_cache, key, index, axis=2)
+            value_cache = update(value_cache, value, index, axis=2)
             cache = (layouts.shard_heads(key_cache), layouts.shard_heads(value_cache))
             if not seed_cache:
                 keys, values, key_start = key_cache, value_cache, 0
         key_length = ops.shape(keys)[2]
+        if per_row:
+            index, key_start = index[:, None], ops.reshape(key_start, (-1, 1))
+        # (length,) or (batch, length) positions.
         query_positions = index + ops.arange(query_length, dtype="int32")
         key_positions = key_start + ops.arange(key_length, dtype="int32")
-        allowed = key_positions[None, :] <= query_positions[:, None]
+        recent = query_positions[..., :, None] - key_positions[..., None, :]
+        allowed = recent >= 0
         if self.sliding_window is not None:
-            recent = query_positions[:, None] - key_positions[None, :]
             allowed = ops.logical_and(allowed, recent < self.sliding_window)
         outputs = self._attend(query, keys, values, allowed)
         return outputs, cache
@@ -83,8 +91,13 @@ class CachedAttention(keras.layers.Layer):
         )
         scores = ops.matmul(query, ops.swapaxes(keys, -1, -2))
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(head_dim))
-        allowed = ops.tile(allowed, (groups, 1))
-        scores = ops.where(allowed[None, None], scores, -1e30)
+        # (query_length, key_length), or (batch, query_length, key_length)
+        # with per-row positions: broadcast over (batch, kv_heads).
+        if len(ops.shape(allowed)) == 2:
+            allowed = ops.tile(allowed, (groups, 1))[None, None]
+        else:
+            allowed = ops.tile(allowed, (1, groups, 1))[:, None]
+        scores = ops.where(allowed, scores, -1e30)
         weights = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
         outputs = ops.matmul(weights, values)
         return ops.reshape(

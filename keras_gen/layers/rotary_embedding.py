@@ -66,7 +66,8 @@ class RotaryEmbedding(keras.layers.Layer):
 
     Call arguments:
         x: `(batch, heads, length, head_dim)`.
-        index: scalar int tensor, the position of `x`'s first token.
+        index: scalar int tensor, the position of `x`'s first token, or a
+            `(batch,)` int tensor of one such position per row.
 
     Examples:
     >>> rope = RotaryEmbedding(head_dim=8)
@@ -109,9 +110,12 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def call(self, x, index=0):
         length = ops.shape(x)[2]
+        if len(getattr(index, "shape", ())) == 1:
+            # Per-row positions: (batch, 1, length), broadcast over heads.
+            index = ops.reshape(index, (-1, 1, 1))
         positions = ops.cast(index + ops.arange(length, dtype="int32"), "float32")
         frequencies = ops.convert_to_tensor(list(self.inverse_frequencies), "float32")
-        angles = positions[:, None] * frequencies[None, :]  # (length, head_dim/2)
+        angles = positions[..., None] * frequencies  # (..., length, head_dim/2)
         angles = ops.concatenate([angles, angles], axis=-1)
         cos = ops.cast(ops.cos(angles), x.dtype)
         sin = ops.cast(ops.sin(angles), x.dtype)

@@ -18,7 +18,8 @@ class Backbone(keras.Model):
       allocate the fixed-shape key/value cache of `cache_length` positions
       and seed it with the prompt. Returns `(hidden_states, state)`.
     - `call_with_state(token_ids, state, index)`: run new tokens from
-      position `index` (a scalar tensor) against the cache. Returns
+      position `index` (a scalar tensor, or a `(batch,)` tensor of one
+      position per row) against the cache. Returns
       `(logits, hidden_states, state)`.
 
     `state` is a tuple with one `(key_cache, value_cache)` pair per layer,
@@ -74,7 +75,10 @@ class Backbone(keras.Model):
         )
 
     def embed(self, token_ids, index, training=False):
-        """`(batch, length)` token ids at positions from `index` to vectors."""
+        """`(batch, length)` token ids at positions from `index` to vectors.
+
+        `index` is a scalar or a `(batch,)` tensor (one start per row).
+        """
         raise NotImplementedError
 
     def final_norm(self, x):

@@ -14,6 +14,7 @@ from keras_gen import samplers
 from keras_gen.models.generation_request import GenerationRequest
 from keras_gen.samplers.sampler import check_count
 from keras_gen.samplers.sampler import check_positive
+from keras_gen.samplers.speculative_decoding import SpeculativeSampler
 from keras_gen.streaming.generation_output import GenerationOutput
 
 
@@ -25,6 +26,21 @@ def _requested_outputs(scores, logits, log_probs, hidden_states):
         "hidden_states": hidden_states,
     }
     return tuple(name for name, flag in wanted.items() if flag)
+
+
+# Per-row counts a speculative loop keeps: `lengths` tells the host how far
+# each row got; the others are its acceptance counts.
+ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
+
+
+def program_outputs(loop, finished):
+    """What the host reads from a loop state: the sampler's finished tokens
+    (a tensor, or a dict of them and beam search's `sequence_scores`), the
+    per-step outputs and (speculative decoding) per-row counts."""
+    if not isinstance(finished, dict):
+        finished = {"token_ids": finished}
+    counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
+    return {**finished, **loop["outputs"], **counts}
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -82,6 +98,9 @@ class CausalLM(keras.Model):
         sampler="greedy",
         processors=None,
         jit_compile=True,
+        draft_model=None,
+        num_speculative_tokens=None,
+        prompt_lookup_ngram=None,
         **kwargs,
     ):
         """Configure training and generation.
@@ -98,13 +117,30 @@ class CausalLM(keras.Model):
                 before the sampler's temperature; `generate(processors=...)`
                 overrides them for one call.
             jit_compile: bool. `False` runs generation eagerly (debugging).
+            draft_model: a smaller `CausalLM` with the same vocabulary:
+                generate with speculative decoding, the draft proposing
+                `num_speculative_tokens` tokens per step and this model
+                verifying them in one call (see
+                `keras_gen.samplers.SpeculativeSampler`). Greedy output is
+                unchanged; sampled output keeps this model's distribution.
+            num_speculative_tokens: int >= 1, tokens proposed per step
+                (default 4) with `draft_model` or `prompt_lookup_ngram`.
+            prompt_lookup_ngram: int >= 1: speculative decoding with no
+                draft model; proposals are the tokens that followed the
+                latest earlier occurrence of the row's last n-gram.
         """
         if optimizer == "auto":
             optimizer = keras.optimizers.Adam(2e-5)
         if loss == "auto":
             loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
-        self.sampler = samplers.get(sampler)
+        self.assisted_samplers = {}
+        self.sampler = self._assisted_sampler(
+            samplers.get(sampler),
+            draft_model,
+            num_speculative_tokens,
+            prompt_lookup_ngram,
+        )
         self.processors = processors_lib.get_list(processors)
         self.generate_jit_compile = jit_compile
         self.generate_function = None
@@ -112,6 +148,43 @@ class CausalLM(keras.Model):
         # the program's structure; its numbers are inputs).
         self.generate_functions = {}
         self.stream_functions = {}
+
+    def _assisted_sampler(
+        self, sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
+    ):
+        """`sampler`, or a `SpeculativeSampler` around it (one per setting,
+        kept so that its compiled programs are reused)."""
+        if draft_model is None and prompt_lookup_ngram is None:
+            if num_speculative_tokens is not None:
+                raise ValueError(
+                    "`num_speculative_tokens` needs `draft_model` or "
+                    "`prompt_lookup_ngram`."
+                )
+            return sampler
+        if isinstance(sampler, SpeculativeSampler):
+            sampler = sampler.sampler
+        draft = getattr(draft_model, "backbone", draft_model)
+        if num_speculative_tokens is None:
+            num_speculative_tokens = 4
+        key = (id(sampler), id(draft), num_speculative_tokens, prompt_lookup_ngram)
+        if key not in self.assisted_samplers:
+            self.assisted_samplers[key] = SpeculativeSampler(
+                sampler,
+                self.backbone,
+                num_speculative_tokens,
+                draft=draft,
+                prompt_lookup_ngram=prompt_lookup_ngram,
+            )
+        return self.assisted_samplers[key]
+
+    def _generation_variables(self, sampler):
+        """The variables a generation program reads: the draft's too."""
+        variables = list(self.variables)
+        draft = getattr(sampler, "draft", None)
+        if draft is not None:
+            seen = {id(v) for v in variables}
+            variables += [v for v in draft.variables if id(v) not in seen]
+        return variables
 
     def quantize(self, mode, **kwargs):
         """Quantize the weights with Keras (`"int8"`: int8 weights, one scale
@@ -138,14 +211,18 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def _start_loop(self, inputs, prefill_length, outputs, processors=()):
+    def _start_loop(
+        self, inputs, prefill_length, outputs, processors=(), sampler=None
+    ):
         """Seed the cache from the prompt; the loop state before step one."""
+        sampler = self.sampler if sampler is None else sampler
         token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
         batch, cache_length = ops.shape(token_ids)
         hidden_states, state = self.backbone.build_state(
             token_ids[:, :prefill_length],
             mask[:, :prefill_length],
-            cache_length=cache_length,
+            # Speculative decoding verifies a few positions past the end.
+            cache_length=cache_length + getattr(sampler, "lookahead", 0),
         )
         # Rows are aligned left: the loop starts at the shortest prompt and
         # keeps prompt tokens wherever a longer row still has them.
@@ -157,8 +234,8 @@ class CausalLM(keras.Model):
             "logits": (batch, cache_length, vocabulary_size),
             "hidden_states": (batch, cache_length, self.backbone.hidden_dim),
         }
-        with self.sampler.bind(inputs["sampler"]):
-            loop = self.sampler.start(
+        with sampler.bind(inputs["sampler"]):
+            loop = sampler.start(
                 token_ids,
                 state,
                 index,
@@ -170,21 +247,27 @@ class CausalLM(keras.Model):
                 outputs={name: ops.zeros(shapes[name]) for name in outputs},
                 stop_sequences=inputs.get("stop_sequences"),
             )
+        if hasattr(sampler, "start_draft"):
+            loop = sampler.start_draft(
+                loop, token_ids[:, :prefill_length], mask[:, :prefill_length]
+            )
         return {
             **loop,
             "parameters": inputs["sampler"],
             "processor_parameters": inputs.get("processors", []),
         }
 
-    def _run_loop(self, loop, processors=()):
+    def _run_loop(self, loop, processors=(), sampler=None):
         """Run the sampler loop until it ends or reaches `loop["until"]`."""
-        sampler = self.sampler
+        sampler = self.sampler if sampler is None else sampler
         with sampler.bind(loop["parameters"]), sampler.use_processors(
             processors, loop["processor_parameters"]
         ):
             return sampler.run(self.next, loop)
 
-    def generate_step(self, inputs, prefill_length, outputs=(), processors=()):
+    def generate_step(
+        self, inputs, prefill_length, outputs=(), processors=(), sampler=None
+    ):
         """Generate for one padded batch; the body of the compiled program.
 
         Args:
@@ -201,41 +284,45 @@ class CausalLM(keras.Model):
             outputs: names of the per-step outputs to return (`"logits"`,
                 `"scores"`, `"log_probs"`, `"hidden_states"`).
             processors: the logits processors: the program's structure.
+            sampler: the sampler, by default `self.sampler`.
 
         Returns:
             A dict: `token_ids` `(batch, cache_length)` and each requested
             output, `(batch, cache_length, ...)`, written at the position of
             the token it produced. A sampler that returns `n` sequences per
             prompt (beam search) gives `batch * n` rows and adds
-            `sequence_scores`.
+            `sequence_scores`. Speculative decoding adds `lengths`,
+            `accepted_tokens` and `draft_tokens`, `(batch,)` each.
         """
-        loop = self._start_loop(inputs, prefill_length, outputs, processors)
-        loop = self._run_loop(loop, processors)
-        finished = self.sampler.finish(loop)
-        if not isinstance(finished, dict):  # beam search adds its scores
-            finished = {"token_ids": finished}
-        return {**finished, **loop["outputs"]}
+        sampler = self.sampler if sampler is None else sampler
+        loop = self._start_loop(inputs, prefill_length, outputs, processors, sampler)
+        loop = self._run_loop(loop, processors, sampler)
+        return program_outputs(loop, sampler.finish(loop))
 
-    def make_generate_function(self, processors=None):
+    def make_generate_function(self, processors=None, sampler=None):
         """Build (once) and return the compiled generate function.
 
         `processors` (default: those of `compile`) are the program's
         structure: each chain structure compiles once and is cached until
         `compile()`. Chains that differ only in their numbers share it.
+        `sampler` (default: that of `compile`) is structure too.
         """
         processors = self.processors if processors is None else processors
-        key = processors_lib.structure(processors)
+        sampler = self.sampler if sampler is None else sampler
+        key = (processors_lib.structure(processors), id(sampler))
         if key not in self.generate_functions:
             self.generate_functions[key] = backend.compile_function(
-                functools.partial(self.generate_step, processors=processors),
-                self.variables,
+                functools.partial(
+                    self.generate_step, processors=processors, sampler=sampler
+                ),
+                self._generation_variables(sampler),
                 jit_compile=self.generate_jit_compile,
                 static_argnames=("prefill_length", "outputs"),
             )
         self.generate_function = self.generate_functions[key]
         return self.generate_function
 
-    def make_stream_functions(self, processors=None):
+    def make_stream_functions(self, processors=None, sampler=None):
         """Build (once) the compiled `(start, advance)` pair of a stream.
 
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
@@ -244,20 +331,22 @@ class CausalLM(keras.Model):
         Cached per processor chain structure, like `make_generate_function`.
         """
         processors = self.processors if processors is None else processors
-        key = processors_lib.structure(processors)
+        sampler = self.sampler if sampler is None else sampler
+        key = (processors_lib.structure(processors), id(sampler))
         if key not in self.stream_functions:
             compile_function = functools.partial(
                 backend.compile_function,
-                variables=self.variables,
+                variables=self._generation_variables(sampler),
                 jit_compile=self.generate_jit_compile,
             )
+            arguments = {"processors": processors, "sampler": sampler}
             self.stream_functions[key] = (
                 compile_function(
-                    functools.partial(self._start_loop, processors=processors),
+                    functools.partial(self._start_loop, **arguments),
                     static_argnames=("prefill_length", "outputs"),
                 ),
                 compile_function(
-                    functools.partial(self._run_loop, processors=processors),
+                    functools.partial(self._run_loop, **arguments),
                     donate_argnums=(0,),
                 ),
             )
@@ -284,6 +373,9 @@ class CausalLM(keras.Model):
         streamer=None,
         max_time=None,
         stream_chunk_size=None,
+        draft_model=None,
+        num_speculative_tokens=None,
+        prompt_lookup_ngram=None,
     ):
         """Generate text or token ids from one prompt or a batch.
 
@@ -321,6 +413,10 @@ class CausalLM(keras.Model):
             max_time: float, seconds. Rows still running then end with
                 finish reason `"time"` (checked between stream chunks).
             stream_chunk_size: int, steps per chunk when streaming.
+            draft_model, num_speculative_tokens, prompt_lookup_ngram:
+                speculative decoding for this call (see `compile`); the
+                record of `return_dict=True` then holds per-row
+                `accepted_tokens` and `draft_tokens`.
 
         Examples:
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
@@ -336,17 +432,25 @@ class CausalLM(keras.Model):
             stop_strings=stop_strings,
             include_stop_string=include_stop_string,
         )
+        sampler = self._assisted_sampler(
+            self.sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
+        )
         if streamer is not None or max_time is not None:
-            chunks = self._stream(request, streamer, max_time, stream_chunk_size)
+            chunks = self._stream(
+                request, streamer, max_time, stream_chunk_size, sampler
+            )
             record = GenerationOutput.join(chunks)
         else:
             # Called without arguments for the compiled chain, so that a
             # subclass's `make_generate_function()` override is used.
-            generate_function = (
-                self.make_generate_function()
-                if processors is None
-                else self.make_generate_function(request.processors)
-            )
+            if sampler is not self.sampler:
+                generate_function = self.make_generate_function(
+                    request.processors, sampler
+                )
+            elif processors is None:
+                generate_function = self.make_generate_function()
+            else:
+                generate_function = self.make_generate_function(request.processors)
             with backend.no_grad():
                 outputs = generate_function(
                     request.program_inputs, **request.static_arguments
@@ -372,6 +476,9 @@ class CausalLM(keras.Model):
         include_stop_string=False,
         max_time=None,
         stream_chunk_size=None,
+        draft_model=None,
+        num_speculative_tokens=None,
+        prompt_lookup_ngram=None,
     ):
         """Generate step by step: an iterator of `GenerationOutput` chunks.
 
@@ -395,9 +502,12 @@ class CausalLM(keras.Model):
             stop_strings=stop_strings,
             include_stop_string=include_stop_string,
         )
-        return self._stream(request, None, max_time, stream_chunk_size)
+        sampler = self._assisted_sampler(
+            self.sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
+        )
+        return self._stream(request, None, max_time, stream_chunk_size, sampler)
 
-    def _stream(self, request, streamer, max_time, chunk_size):
+    def _stream(self, request, streamer, max_time, chunk_size, sampler=None):
         # Arguments are checked here, at the call, not at the first chunk.
         if chunk_size is None:
             chunk_size = self.stream_chunk_size
@@ -409,11 +519,11 @@ class CausalLM(keras.Model):
                 "A stream returns one sequence per prompt: set the sampler's "
                 f"`num_return_sequences` to 1 (it is {request.rows_per_prompt})."
             )
-        return self._chunks(request, streamer, max_time, chunk_size)
+        return self._chunks(request, streamer, max_time, chunk_size, sampler)
 
-    def _chunks(self, request, streamer, max_time, chunk_size):
+    def _chunks(self, request, streamer, max_time, chunk_size, sampler):
         started = time.monotonic()
-        start, advance = self.make_stream_functions(request.processors)
+        start, advance = self.make_stream_functions(request.processors, sampler)
         try:
             with backend.no_grad():
                 loop = start(request.program_inputs, **request.static_arguments)
@@ -426,8 +536,11 @@ class CausalLM(keras.Model):
                         max_time is not None
                         and time.monotonic() - started >= max_time
                     )
+                    # A speculative chunk is `chunk_size` steps (each of one
+                    # or more tokens per row); `lengths` says how far.
+                    token_ids, limits = sampler.stream_view(loop)
                     chunk = request.read(
-                        *self.sampler.stream_view(loop), time_is_up
+                        program_outputs(loop, token_ids), limits, time_is_up
                     )
                     if streamer is not None:
                         streamer.put(chunk)

@@ -155,7 +155,7 @@ class GenerationRequest:
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
                 continue
-            stop = max(start, min(index, end))
+            stop = max(start, min(positions[r], end))
             for position in range(start, stop):
                 if row[position] in self.stop_token_ids or (
                     self.stop_conditions.ends_at(row, position)
@@ -175,12 +175,17 @@ class GenerationRequest:
 
         Args:
             outputs: the program's output dict of arrays (`token_ids` and
-                the requested per-step outputs).
+                the requested per-step outputs). With per-row `lengths`
+                (speculative decoding), each row is read up to its own
+                length, and `accepted_tokens` and `draft_tokens` go into the
+                record.
             limits: how many positions are final: one int for every row,
                 or one per row.
             time_is_up: end every running row with reason `"time"`.
         """
         token_ids = np.asarray(ops.convert_to_numpy(outputs["token_ids"]))
+        if "lengths" in outputs:
+            limits = [int(n) for n in ops.convert_to_numpy(outputs["lengths"])]
         spans = self._advance_rows(token_ids, limits)
         if time_is_up:
             self.finish_reasons = [reason or "time" for reason in self.finish_reasons]
@@ -198,6 +203,10 @@ class GenerationRequest:
                     name,
                     [window[r, a - low : b - low] for r, (a, b) in enumerate(spans)],
                 )
+        for name in ("accepted_tokens", "draft_tokens"):
+            if name in outputs:
+                counts = ops.convert_to_numpy(outputs[name])
+                setattr(record, name, [int(n) for n in counts])
         if self.tokenizer is not None:
             record.text = [self._text(r, ids) for r, ids in enumerate(record.token_ids)]
         if "sequence_scores" in outputs:

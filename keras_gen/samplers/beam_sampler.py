@@ -287,7 +287,7 @@ class BeamSampler(Sampler):
             if not done[b]:
                 best[b] = candidates[0]
         limits = [len(best[0]) if d else limit for d, limit in zip(done, limits)]
-        return {"token_ids": best}, limits
+        return best, limits
 
     def get_config(self):
         return {

@@ -38,8 +38,11 @@ class MinPSampler(Sampler):
     def get_parameters(self):
         return {**super().get_parameters(), "p": check_probability("p", self.p)}
 
+    def filter_logits(self, logits):
+        return min_p_filter(logits, self.p)
+
     def get_next_token(self, logits, seed):
-        return sample_from_logits(min_p_filter(logits, self.p), seed)
+        return sample_from_logits(self.filter_logits(logits), seed)
 
     def get_config(self):
         return {**super().get_config(), "p": self.p}

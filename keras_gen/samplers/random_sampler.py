@@ -34,4 +34,4 @@ class RandomSampler(Sampler):
     """
 
     def get_next_token(self, logits, seed):
-        return sample_from_logits(logits, seed)
+        return sample_from_logits(self.filter_logits(logits), seed)

@@ -103,6 +103,13 @@ class Sampler(Tunable):
         """
         raise NotImplementedError
 
+    def filter_logits(self, logits):
+        """The logits a sampling `get_next_token` draws from: `-inf` where a
+        token is cut (top-k, top-p, min-p). Speculative decoding reads the
+        filtered distribution through this; by default nothing is cut.
+        """
+        return logits
+
     def start(
         self,
         prompt,
@@ -267,15 +274,13 @@ class Sampler(Tunable):
         )
 
     def stream_view(self, loop):
-        """What a stream may hand out so far: `(outputs, limits)`.
+        """What a stream may hand out so far: `(token_ids, limits)`.
 
-        `outputs` holds `token_ids` (one row per returned sequence) and the
-        per-step outputs; `limits` is how many positions of each row are
-        final (a scalar for all rows here: the loop's `index`). Host side,
-        between compiled chunks.
+        `token_ids` has one row per returned sequence; `limits` is how many
+        positions of each row are final (one int for all rows here: the
+        loop's `index`). Host side, between compiled chunks.
         """
-        outputs = {"token_ids": loop["token_ids"], **loop["outputs"]}
-        return outputs, int(ops.convert_to_numpy(loop["index"]))
+        return loop["token_ids"], int(ops.convert_to_numpy(loop["index"]))
 
     def finish(self, loop):
         """The generated `(batch, max_length)` token ids."""

@@ -6,12 +6,25 @@ from keras import ops
 from keras_gen import backend
 
 
+def _per_row(index):
+    return len(getattr(index, "shape", ())) == 1
+
+
+def _token_at(token_ids, position):
+    """`(batch,)` tokens at a scalar position or at `(batch,)` positions."""
+    if _per_row(position):
+        position = ops.cast(position, "int32")[:, None]
+        return ops.take_along_axis(token_ids, position, axis=1)[:, 0]
+    return backend.slice(token_ids, position, 1, axis=1)[:, 0]
+
+
 def suffix_match(token_ids, last, sequences, lengths):
     """Whether the tokens ending at position `last` spell each sequence.
 
     Args:
         token_ids: `(batch, length)` int token buffer.
-        last: scalar int tensor, the position of the last token to compare.
+        last: scalar int tensor, the position of the last token to compare,
+            or a `(batch,)` tensor of one such position per row.
         sequences: `(slots, width)` int ids, padded with -1.
         lengths: `(slots,)` int, how many leading ids of each slot count. A
             length of 0 matches everywhere.
@@ -25,12 +38,17 @@ def suffix_match(token_ids, last, sequences, lengths):
     lengths = ops.cast(lengths, "int32")
     batch, slots = ops.shape(token_ids)[0], ops.shape(sequences)[0]
     match = ops.ones((batch, slots), "bool")
+    per_row = _per_row(last)
     for t in range(ops.shape(sequences)[1]):
-        positions = last - lengths + 1 + t  # (slots,)
-        tokens = ops.take(token_ids, ops.clip(positions, 0, length - 1), axis=1)
-        same = ops.logical_and(
-            tokens == sequences[None, :, t], (positions >= 0)[None, :]
-        )
+        if per_row:
+            positions = last[:, None] - lengths[None, :] + 1 + t  # (batch, slots)
+            clipped = ops.clip(positions, 0, length - 1)
+            tokens = ops.take_along_axis(token_ids, clipped, axis=1)
+        else:
+            positions = (last - lengths + 1 + t)[None, :]  # (1, slots)
+            clipped = ops.clip(positions[0], 0, length - 1)
+            tokens = ops.take(token_ids, clipped, axis=1)
+        same = ops.logical_and(tokens == sequences[None, :, t], positions >= 0)
         used = (t < lengths)[None, :]
         match = ops.logical_and(match, ops.logical_or(same, ops.logical_not(used)))
     return match
@@ -97,9 +115,10 @@ def string_tables(pieces, stop_strings, minimum=4):
 
 
 def string_match(token_ids, index, tables):
-    """`(batch,)` bool: the tokens up to `index` end with a stop string."""
+    """`(batch,)` bool: the tokens up to `index` (a scalar or `(batch,)`)
+    end with a stop string."""
     width = ops.shape(tables["final"])[-1] - 1
-    token = backend.slice(token_ids, index, 1, axis=1)[:, 0]
+    token = _token_at(token_ids, index)
     alive = ops.take(tables["final"], token, axis=0)  # (batch, slots, width + 1)
     hit = alive[..., 0]
     uncovered = ops.arange(width + 1, dtype="int32")[None, :]
@@ -107,10 +126,13 @@ def string_match(token_ids, index, tables):
     # at most.
     for step in range(1, width):
         position = index - step
-        token = backend.slice(token_ids, ops.maximum(position, 0), 1, axis=1)[:, 0]
+        token = _token_at(token_ids, ops.maximum(position, 0))
         pieces = ops.cast(ops.take(tables["piece_lengths"], token, axis=0), "int32")
         fits = ops.take(tables["fits"], token, axis=0)
-        moved = ops.logical_and(ops.logical_and(alive, fits), position >= 0)
+        started = position >= 0
+        if _per_row(position):
+            started = started[:, None, None]
+        moved = ops.logical_and(ops.logical_and(alive, fits), started)
         covered = (uncovered <= pieces[:, None])[:, None, :]
         hit = ops.logical_or(hit, ops.any(ops.logical_and(moved, covered), axis=-1))
         source = uncovered + pieces[:, None]  # (batch, width + 1)
@@ -126,6 +148,8 @@ def string_match(token_ids, index, tables):
 
 def stop_match(token_ids, index, stop):
     """`(batch,)` bool: the row ends at `index` with a stop sequence or string.
+
+    `index` is a scalar or a `(batch,)` tensor (one position per row).
 
     `stop` holds `sequences` and `lengths` (see `sequence_tensors`) and
     optionally the stop string tables of `string_tables`.

@@ -43,8 +43,11 @@ class TopKSampler(Sampler):
     def get_parameters(self):
         return {**super().get_parameters(), "k": check_count("k", self.k)}
 
+    def filter_logits(self, logits):
+        return top_k_filter(logits, self.k)
+
     def get_next_token(self, logits, seed):
-        return sample_from_logits(top_k_filter(logits, self.k), seed)
+        return sample_from_logits(self.filter_logits(logits), seed)
 
     def get_config(self):
         return {**super().get_config(), "k": self.k}

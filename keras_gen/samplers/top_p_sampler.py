@@ -55,11 +55,13 @@ class TopPSampler(Sampler):
             "k": 0 if k is None else k,
         }
 
-    def get_next_token(self, logits, seed):
+    def filter_logits(self, logits):
         vocabulary_size = ops.shape(logits)[-1]
         k = ops.where(self.k > 0, self.k, vocabulary_size)
-        logits = top_p_filter(top_k_filter(logits, k), self.p)
-        return sample_from_logits(logits, seed)
+        return top_p_filter(top_k_filter(logits, k), self.p)
+
+    def get_next_token(self, logits, seed):
+        return sample_from_logits(self.filter_logits(logits), seed)
 
     def get_config(self):
         return {**super().get_config(), "p": self.p, "k": self.k}

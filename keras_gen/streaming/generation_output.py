@@ -38,6 +38,12 @@ class GenerationOutput:
         sequence_scores: beam search only: the length-normalised score of
             each returned sequence. With `n` sequences per prompt the rows
             are flat: prompt `b`'s are rows `b * n` to `b * n + n - 1`.
+        accepted_tokens: speculative decoding only: per row, how many
+            draft tokens the target accepted so far.
+        draft_tokens: speculative decoding only: per row, how many draft
+            tokens were proposed so far, not counting proposals past the
+            row's length limit (`accepted_tokens / draft_tokens` is the
+            row's acceptance rate).
     """
 
     token_ids: list
@@ -49,6 +55,8 @@ class GenerationOutput:
     hidden_states: list = None
     sequences: list = None
     sequence_scores: list = None
+    accepted_tokens: list = None
+    draft_tokens: list = None
 
     def __getitem__(self, name):
         """`record["sequences"]` reads like `record.sequences`."""
@@ -80,6 +88,9 @@ class GenerationOutput:
             ],
             "sequences": last.sequences,
             "sequence_scores": last.sequence_scores,
+            # Counts so far: the last chunk's are the totals.
+            "accepted_tokens": last.accepted_tokens,
+            "draft_tokens": last.draft_tokens,
         }
         if first.text is not None:
             joined["text"] = ["".join(c.text[r] for c in chunks) for r in rows]

@@ -99,6 +99,14 @@ class GPT2Backbone(Backbone):
 
     def embed(self, token_ids, index, training=False):
         length = ops.shape(token_ids)[1]
+        if len(getattr(index, "shape", ())) == 1:
+            # Per-row positions (batch, length). Speculative decoding may
+            # look past the last position; those tokens are never kept.
+            positions = index[:, None] + ops.arange(length, dtype="int32")
+            positions = ops.minimum(positions, self.max_sequence_length - 1)
+            return self.embeddings_dropout(
+                self.wte(token_ids) + self.wpe(positions), training=training
+            )
         positions = index + ops.arange(length, dtype="int32")
         x = self.wte(token_ids) + self.wpe(positions)[None]
         return self.embeddings_dropout(x, training=training)

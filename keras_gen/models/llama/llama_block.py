@@ -32,7 +32,8 @@ class LlamaBlock(keras.layers.Layer):
     Call arguments:
         x: `(batch, length, hidden_dim)` hidden states.
         cache: `None` or this block's `(key_cache, value_cache)`.
-        index: scalar int tensor, the position of `x`'s first token.
+        index: scalar int tensor, the position of `x`'s first token, or
+            `(batch,)`: one position per row.
         seed_cache: bool, see `CachedAttention`.
     """
 

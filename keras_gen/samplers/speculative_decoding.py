@@ -1,0 +1,399 @@
+"""Speculative decoding: a draft proposes tokens, the target verifies them."""
+
+import contextlib
+
+from keras import ops
+
+from keras_gen import backend
+from keras_gen.samplers import stopping
+from keras_gen.samplers.greedy_sampler import GreedySampler
+from keras_gen.samplers.random_sampler import sample_from_logits
+from keras_gen.samplers.sampler import Sampler
+from keras_gen.samplers.sampler import check_count
+
+
+def take_rows(x, positions):
+    """`x[b, positions[b, i]]`: per-row reads of a `(batch, length)` tensor."""
+    return ops.take_along_axis(x, ops.cast(positions, "int32"), axis=1)
+
+
+def leading_count(accepted):
+    """`(batch,)` int32: how many leading entries of each row are `True`."""
+    run = ops.cumprod(ops.cast(accepted, "int32"), axis=1)
+    return ops.sum(run, axis=1)
+
+
+def prompt_lookup(token_ids, lengths, ngram, num_tokens):
+    """Draft `num_tokens` per row by matching the row's last `ngram` tokens.
+
+    The latest earlier occurrence of the last `ngram` tokens (before
+    `lengths`) is found, and the tokens that followed it are proposed;
+    where they run into the row's end they repeat with the period of the
+    match, as the row would if it kept repeating. A row with no match
+    proposes its last token. `(batch, length)` buffer, `(batch,)` lengths,
+    `ngram` a Python int: the comparison is unrolled.
+    """
+    batch, length = ops.shape(token_ids)
+    starts = ops.arange(length, dtype="int32")[None, :]  # candidate s
+    padded = ops.concatenate(
+        [token_ids, ops.full((batch, ngram), -1, "int32")], axis=1
+    )
+    match = starts + ngram <= (lengths - 1)[:, None]
+    for t in range(ngram):
+        last = take_rows(token_ids, ops.maximum(lengths - ngram + t, 0)[:, None])
+        match = ops.logical_and(match, padded[:, t : t + length] == last)
+    # `amax`: keras' torch `ops.max` breaks a fullgraph compile.
+    start = ops.amax(ops.where(match, starts, -1), axis=1)
+    follow = ops.where(start >= 0, start + ngram, lengths - 1)  # (batch,)
+    period = lengths - follow
+    offsets = ops.arange(num_tokens, dtype="int32")[None, :]
+    positions = follow[:, None] + offsets % period[:, None]
+    return take_rows(token_ids, positions)
+
+
+class SpeculativeSampler(Sampler):
+    """Speculative decoding around a sampler that picks one token per row.
+
+    Each step a draft proposes `num_speculative_tokens` tokens per row: a
+    smaller model that shares the target's vocabulary, or prompt lookup
+    (the tokens that followed the latest earlier occurrence of the row's
+    last `prompt_lookup_ngram` tokens). The target scores all proposals in
+    one call and each row keeps its longest accepted run plus one token of
+    its own, so a step yields 1 to `num_speculative_tokens + 1` tokens per
+    row, and every row advances its cache by its own count.
+
+    With greedy sampling a proposal is accepted when it is the target's
+    argmax, so the output is that of plain greedy decoding. With sampling
+    (random, top-k, top-p, min-p, any temperature and processors) draft
+    tokens are drawn from the draft's distribution under the same
+    processors, temperature and filter, accepted with probability
+    `min(1, p / q)`, and a rejected one is redrawn from the normalised
+    positive part of `p - q` (Leviathan et al., 2023; Chen et al., 2023):
+    the tokens follow the target's distribution exactly.
+
+    `CausalLM` builds it from `compile(draft_model=..., ...)` or
+    `generate(draft_model=..., ...)`; it is not registered by name.
+
+    Args:
+        sampler: the `Sampler` whose distribution is kept: greedy, random,
+            top-k, top-p or min-p (a sampler that overrides the loop step,
+            such as beam search, is refused).
+        target: the `Backbone` that verifies.
+        num_speculative_tokens: int >= 1, tokens proposed per step.
+        draft: the draft `Backbone`, or `None` with `prompt_lookup_ngram`.
+        prompt_lookup_ngram: int >= 1, or `None` with a `draft`.
+
+    Examples:
+    >>> from keras_gen.models import GPT2Backbone
+    >>> backbone = GPT2Backbone(
+    ...     vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=64)
+    >>> sampler = SpeculativeSampler(
+    ...     GreedySampler(), backbone, 3, prompt_lookup_ngram=2)
+    >>> sampler.lookahead
+    4
+    """
+
+    def __init__(
+        self,
+        sampler,
+        target,
+        num_speculative_tokens=4,
+        draft=None,
+        prompt_lookup_ngram=None,
+    ):
+        if type(sampler).step is not Sampler.step or (
+            type(sampler).get_next_token is Sampler.get_next_token
+        ):
+            raise ValueError(
+                "Speculative decoding works with samplers that pick one "
+                "token per row from logits (greedy, random, top_k, top_p, "
+                f"min_p). {type(sampler).__name__} has its own loop step."
+            )
+        if (draft is None) == (prompt_lookup_ngram is None):
+            raise ValueError(
+                "Give exactly one of `draft_model` and `prompt_lookup_ngram`."
+            )
+        if draft is not None and draft.vocabulary_size != target.vocabulary_size:
+            raise ValueError(
+                "The draft model's vocabulary must be the target's. Received "
+                f"a draft vocabulary of {draft.vocabulary_size} tokens for a "
+                f"target of {target.vocabulary_size}."
+            )
+        self.sampler = sampler
+        self.target = target
+        self.draft = draft
+        self.num_speculative_tokens = check_count(
+            "num_speculative_tokens", num_speculative_tokens
+        )
+        self.prompt_lookup_ngram = check_count(
+            "prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True
+        )
+        self.greedy = isinstance(sampler, GreedySampler)
+        # Buffers and caches are this much wider than the token buffer: a
+        # verify step near a row's end writes up to `lookahead` positions
+        # past it (and never keeps them).
+        self.lookahead = self.num_speculative_tokens + 1
+
+    # The wrapped sampler owns the tunable numbers and the default seed.
+    @property
+    def seed(self):
+        return self.sampler.seed
+
+    @property
+    def temperature(self):
+        return self.sampler.temperature
+
+    def get_parameters(self):
+        return self.sampler.get_parameters()
+
+    def get_parameter_tensors(self):
+        return self.sampler.get_parameter_tensors()
+
+    @contextlib.contextmanager
+    def bind(self, parameters):
+        with self.sampler.bind(parameters):
+            yield self
+
+    def start(self, prompt, state, index, mask=None, *args, **kwargs):
+        """The base loop state, widened by `lookahead`, with per-row
+        `lengths` (each row starts at its own prompt length), acceptance
+        counts, and `index` counting steps."""
+        loop = super().start(prompt, state, index, mask, *args, **kwargs)
+        batch = ops.shape(loop["token_ids"])[0]
+        extra = self.lookahead
+
+        def widen(x):
+            padding = ops.zeros((batch, extra) + tuple(ops.shape(x)[2:]), x.dtype)
+            return ops.concatenate([x, padding], axis=1)
+
+        zeros = ops.zeros((batch,), "int32")
+        return {
+            **loop,
+            "token_ids": widen(loop["token_ids"]),
+            "mask": widen(loop["mask"]),
+            "outputs": {k: widen(v) for k, v in loop["outputs"].items()},
+            "index": ops.convert_to_tensor(0, "int32"),
+            "lengths": ops.sum(ops.cast(loop["mask"], "int32"), axis=1),
+            "accepted_tokens": zeros,
+            "draft_tokens": zeros,
+            "draft_state": (),
+        }
+
+    def start_draft(self, loop, prompt, mask):
+        """Seed the draft model's cache from the prompt."""
+        if self.draft is None:
+            return loop
+        cache_length = ops.shape(loop["token_ids"])[1]
+        _, draft_state = self.draft.build_state(
+            prompt, mask, cache_length=cache_length
+        )
+        return {**loop, "draft_state": draft_state}
+
+    def cond(self, loop):
+        running = ops.logical_and(
+            ops.logical_not(loop["done"]), loop["lengths"] < loop["end"]
+        )
+        return ops.logical_and(ops.any(running), loop["index"] < loop["until"])
+
+    def _seed(self, loop, slot):
+        # A different (2,) seed for every draw of every step.
+        offset = loop["index"] * (2 * self.lookahead) + slot
+        return loop["seed"] + ops.stack([ops.zeros_like(offset), offset])
+
+    def _scores(self, logits, loop, token_ids, positions):
+        """Processed, tempered `(batch, vocab)` scores for per-row positions.
+
+        Processors take one scalar index, so with processors each row is
+        processed on its own (the batch size is static).
+        """
+        logits = ops.cast(logits, "float32")
+        if self.processors:
+            rows = []
+            for b in range(ops.shape(logits)[0]):
+                row_loop = {
+                    **loop,
+                    "token_ids": token_ids[b : b + 1],
+                    "mask": loop["mask"][b : b + 1],
+                    "end": loop["end"][b : b + 1],
+                    "index": positions[b],
+                }
+                rows.append(self.process_logits(logits[b : b + 1], row_loop))
+            logits = ops.concatenate(rows, axis=0)
+        return logits / self.sampler.temperature
+
+    def _draw(self, scores, seed):
+        """A token and the `(batch, vocab)` probabilities it was drawn from."""
+        if self.greedy:
+            return ops.cast(ops.argmax(scores, axis=-1), "int32"), None
+        filtered = self.sampler.filter_logits(scores)
+        token = ops.cast(sample_from_logits(filtered, seed), "int32")
+        return token, ops.softmax(filtered, axis=-1)
+
+    def _propose(self, loop):
+        """Draft tokens `(batch, K)`, their probabilities `(batch, K, vocab)`
+        (`None` for greedy), the buffer holding them and the draft state."""
+        lengths, token_ids = loop["lengths"], loop["token_ids"]
+        count = self.num_speculative_tokens
+        if self.draft is None:
+            drafts = prompt_lookup(
+                token_ids, lengths, self.prompt_lookup_ngram, count
+            )
+            token_ids = backend.update_rows(token_ids, drafts, lengths, axis=1)
+            probabilities = None
+            if not self.greedy:
+                vocabulary_size = self.target.vocabulary_size
+                probabilities = ops.one_hot(drafts, vocabulary_size)
+            return drafts, probabilities, token_ids, loop["draft_state"]
+        # Re-run the token before last too: after a step that accepted every
+        # proposal, the draft has not seen the last one.
+        first = ops.maximum(lengths - 2, 0)
+        pair = take_rows(token_ids, first[:, None] + ops.arange(2, dtype="int32"))
+        logits, _, state = self.draft.call_with_state(
+            pair, loop["draft_state"], first
+        )
+        logits = ops.take_along_axis(
+            logits, (lengths - 1 - first)[:, None, None], axis=1
+        )[:, 0]
+        drafts, probabilities = [], []
+        for j in range(count):
+            position = lengths + j
+            scores = self._scores(logits, loop, token_ids, position)
+            token, probs = self._draw(scores, self._seed(loop, j))
+            token_ids = backend.update_rows(token_ids, token[:, None], position, 1)
+            drafts.append(token)
+            probabilities.append(probs)
+            if j + 1 < count:
+                logits, _, state = self.draft.call_with_state(
+                    token[:, None], state, position
+                )
+                logits = logits[:, 0]
+        probabilities = None if self.greedy else ops.stack(probabilities, axis=1)
+        return ops.stack(drafts, axis=1), probabilities, token_ids, state
+
+    def _accept(self, loop, drafts, draft_probabilities, scores):
+        """`(accepted count (batch,), new tokens (batch, K + 1))`: the
+        accepted drafts, then the target's own token at the first reject."""
+        count = self.num_speculative_tokens
+        if self.greedy:
+            choices = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (b, K+1)
+            accepted = leading_count(drafts == choices[:, :count])
+            correction = take_rows(choices, accepted[:, None])[:, 0]
+        else:
+            # Filters take (batch, vocab): fold the K + 1 positions in.
+            batch, width, vocabulary_size = ops.shape(scores)
+            filtered = self.sampler.filter_logits(
+                ops.reshape(scores, (batch * width, vocabulary_size))
+            )
+            probabilities = ops.reshape(
+                ops.softmax(filtered, axis=-1), (batch, width, vocabulary_size)
+            )
+            p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
+            q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
+            uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
+            accepted = leading_count(uniform * q[..., 0] < p[..., 0])
+            # At a reject: the positive part of p - q; after K accepts, p.
+            residual = ops.maximum(probabilities[:, :count] - draft_probabilities, 0)
+            residual = ops.concatenate([residual, probabilities[:, count:]], axis=1)
+            chosen = ops.take_along_axis(residual, accepted[:, None, None], 1)[:, 0]
+            fallback = ops.take_along_axis(probabilities, accepted[:, None, None], 1)
+            empty = ops.sum(chosen, axis=-1, keepdims=True) <= 0
+            chosen = ops.where(empty, fallback[:, 0], chosen)
+            correction = sample_from_logits(
+                ops.log(chosen), self._seed(loop, count + 1)
+            )
+        slots = ops.arange(count + 1, dtype="int32")[None, :]
+        drafts = ops.pad(drafts, ((0, 0), (0, 1)))
+        correction = ops.cast(correction, "int32")[:, None]
+        return accepted, ops.where(slots == accepted[:, None], correction, drafts)
+
+    def step(self, next, loop):
+        """Propose, verify in one target call, keep each row's accepted run."""
+        lengths, count = loop["lengths"], self.num_speculative_tokens
+        drafts, draft_probabilities, token_ids, draft_state = self._propose(loop)
+        offsets = ops.arange(count + 1, dtype="int32")[None, :]
+        # Tokens at lengths - 1 ... lengths + K - 1 give the target's logits
+        # for lengths ... lengths + K.
+        verify = take_rows(token_ids, (lengths - 1)[:, None] + offsets)
+        logits, hidden_states, state = self.target.call_with_state(
+            verify, loop["state"], lengths - 1
+        )
+        logits = ops.cast(logits, "float32")
+        scores = ops.stack(
+            [
+                self._scores(logits[:, j], loop, token_ids, lengths + j)
+                for j in range(count + 1)
+            ],
+            axis=1,
+        )
+        accepted, tokens = self._accept(loop, drafts, draft_probabilities, scores)
+        token_ids = backend.update_rows(token_ids, tokens, lengths, axis=1)
+        running = ops.logical_and(ops.logical_not(loop["done"]), lengths < loop["end"])
+        kept = ops.minimum(accepted + 1, loop["end"] - lengths)
+        kept, stopped = self._stop(loop, token_ids, tokens, kept)
+        kept = ops.where(running, kept, 0)
+        # Proposals that could be kept: none past the row's last position.
+        usable = ops.where(running, ops.clip(loop["end"] - lengths - 1, 0, count), 0)
+        loop = self._record(
+            loop, tokens, logits=logits, scores=scores, hidden_states=hidden_states
+        )
+        return {
+            **loop,
+            "token_ids": token_ids,
+            "state": state,
+            "draft_state": draft_state,
+            "index": loop["index"] + 1,
+            "lengths": lengths + kept,
+            "done": ops.logical_or(loop["done"], ops.logical_and(running, stopped)),
+            "accepted_tokens": loop["accepted_tokens"]
+            + ops.minimum(ops.minimum(accepted, kept), usable),
+            "draft_tokens": loop["draft_tokens"] + usable,
+        }
+
+    def _stop(self, loop, token_ids, tokens, kept):
+        """Cut each row's `kept` new tokens after its first stop."""
+        lengths = loop["lengths"]
+        slots = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :]
+        is_stop = ops.any(
+            tokens[..., None] == loop["stop_token_ids"][None, None, :], axis=-1
+        )
+        if "stop_sequences" in loop:
+            matches = [
+                stopping.stop_match(token_ids, lengths + j, loop["stop_sequences"])
+                for j in range(ops.shape(tokens)[1])
+            ]
+            is_stop = ops.logical_or(is_stop, ops.stack(matches, axis=1))
+        is_stop = ops.logical_and(is_stop, slots < kept[:, None])
+        stopped = ops.any(is_stop, axis=1)
+        first = ops.cast(ops.argmax(ops.cast(is_stop, "int32"), axis=1), "int32")
+        return ops.where(stopped, first + 1, kept), stopped
+
+    def _record(self, loop, tokens, **values):
+        """Write the requested per-step outputs of the K + 1 positions."""
+        outputs = loop["outputs"]
+        if not outputs:
+            return loop
+        if "log_probs" in outputs:
+            log_probs = ops.log_softmax(values["scores"], axis=-1)
+            values["log_probs"] = ops.take_along_axis(
+                log_probs, tokens[..., None], axis=-1
+            )[..., 0]
+        outputs = {
+            name: backend.update_rows(
+                buffer, ops.cast(values[name], buffer.dtype), loop["lengths"], 1
+            )
+            for name, buffer in outputs.items()
+        }
+        return {**loop, "outputs": outputs}
+
+    def finish(self, loop):
+        """The `(batch, max_length)` token ids; zeros past each row's end."""
+        token_ids = loop["token_ids"][:, : -self.lookahead]
+        positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")[None, :]
+        return ops.where(positions < loop["lengths"][:, None], token_ids, 0)
+
+    def get_config(self):
+        raise NotImplementedError(
+            "A SpeculativeSampler is built by `CausalLM.compile(draft_model=...)`"
+            " and is not serialized; serialize its `sampler`."
+        )

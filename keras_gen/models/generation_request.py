@@ -155,7 +155,7 @@ class GenerationRequest:
             if self.finish_reasons[r] is not None:
                 spans.append((start, start))
                 continue
-            stop = max(start, min(positions[r], end))
+            stop = max(start, min(index, end))
             for position in range(start, stop):
                 if row[position] in self.stop_token_ids or (
                     self.stop_conditions.ends_at(row, position)

@@ -167,7 +167,6 @@ class SpeculativeSampler(Sampler):
             padding = ops.zeros((batch, extra) + tuple(ops.shape(x)[2:]), x.dtype)
             return ops.concatenate([x, padding], axis=1)
 
-        zeros = ops.zeros((batch,), "int32")
         return {
             **loop,
             "token_ids": widen(loop["token_ids"]),
@@ -175,8 +174,9 @@ class SpeculativeSampler(Sampler):
             "outputs": {k: widen(v) for k, v in loop["outputs"].items()},
             "index": ops.convert_to_tensor(0, "int32"),
             "lengths": ops.sum(ops.cast(loop["mask"], "int32"), axis=1),
-            "accepted_tokens": zeros,
-            "draft_tokens": zeros,
+            # Two tensors, not one: torch.compile guards on aliasing.
+            "accepted_tokens": ops.zeros((batch,), "int32"),
+            "draft_tokens": ops.zeros((batch,), "int32"),
             "draft_state": (),
         }
 
@@ -303,7 +303,8 @@ class SpeculativeSampler(Sampler):
                 ops.log(chosen), self._seed(loop, count + 1)
             )
         slots = ops.arange(count + 1, dtype="int32")[None, :]
-        drafts = ops.pad(drafts, ((0, 0), (0, 1)))
+        # Not `ops.pad`: on torch it names a Keras object, which recompiles.
+        drafts = ops.concatenate([drafts, ops.zeros_like(drafts[:, :1])], axis=1)
         correction = ops.cast(correction, "int32")[:, None]
         return accepted, ops.where(slots == accepted[:, None], correction, drafts)
 

@@ -1,0 +1,31 @@
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
+    output = tmp_path / "results.json"
+    command = [
+        sys.executable, str(ROOT / "tools" / "benchmark.py"), "--tiny",
+        "--repeats", "1", "--max-length", "48", "--ttft-max-length", "96",
+        "--stream", "--systems", "keras-gen,keras-hub,transformers",
+        "--json", str(output),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads(output.read_text())["results"]
+    for name in ("keras-gen", "keras-hub", "transformers"):
+        assert "error" not in results[name], results[name]
+        assert results[name]["tokens_per_s"] > 0
+    ours = results["keras-gen"]
+    assert ours["tokens"] == results["transformers"]["tokens"]
+    assert ours["tokens"] == results["keras-hub"]["tokens"]
+    assert "stream_overhead" in ours and "time_to_first_token_long_ms" in ours
+    assert "keras-gen / keras-hub" in result.stdout

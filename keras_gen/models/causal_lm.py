@@ -422,18 +422,11 @@ class CausalLM(keras.Model):
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
         [[1, 2, 3, 9, 9, 9, 9], [4, 5, 7, 7, 7, 7]]
         """
-        request = GenerationRequest(
-            self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
-            outputs=_requested_outputs(
-                output_scores, output_logits, output_log_probs, output_hidden_states
-            ),
-            processors=processors,
-            stop_sequences=stop_sequences,
-            stop_strings=stop_strings,
-            include_stop_string=include_stop_string,
-        )
-        sampler = self._assisted_sampler(
-            self.sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
+        request, sampler = self._prepare(
+            inputs, max_length, max_new_tokens, stop_token_ids, seed,
+            (output_scores, output_logits, output_log_probs, output_hidden_states),
+            processors, stop_sequences, stop_strings, include_stop_string,
+            (draft_model, num_speculative_tokens, prompt_lookup_ngram),
         )
         if streamer is not None or max_time is not None:
             chunks = self._stream(
@@ -492,20 +485,29 @@ class CausalLM(keras.Model):
         >>> for chunk in lm.stream([1, 2, 3], max_new_tokens=8):  # doctest: +SKIP
         ...     print(chunk.token_ids[0])
         """
+        request, sampler = self._prepare(
+            inputs, max_length, max_new_tokens, stop_token_ids, seed,
+            (output_scores, output_logits, output_log_probs, output_hidden_states),
+            processors, stop_sequences, stop_strings, include_stop_string,
+            (draft_model, num_speculative_tokens, prompt_lookup_ngram),
+        )
+        return self._stream(request, None, max_time, stream_chunk_size, sampler)
+
+    def _prepare(
+        self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
+        output_flags, processors, stop_sequences, stop_strings,
+        include_stop_string, assistance,
+    ):
+        """The host-side request and the sampler of one generate/stream call."""
         request = GenerationRequest(
             self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
-            outputs=_requested_outputs(
-                output_scores, output_logits, output_log_probs, output_hidden_states
-            ),
+            outputs=_requested_outputs(*output_flags),
             processors=processors,
             stop_sequences=stop_sequences,
             stop_strings=stop_strings,
             include_stop_string=include_stop_string,
         )
-        sampler = self._assisted_sampler(
-            self.sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
-        )
-        return self._stream(request, None, max_time, stream_chunk_size, sampler)
+        return request, self._assisted_sampler(self.sampler, *assistance)
 
     def _stream(self, request, streamer, max_time, chunk_size, sampler=None):
         # Arguments are checked here, at the call, not at the first chunk.

@@ -92,6 +92,19 @@ def timed(fn, repeats):
     return statistics.median(times), result
 
 
+def peak_memory_mb():
+    # This process's own high-water mark. `ru_maxrss` would also count the
+    # parent that wrote the weights: Linux carries it across `exec`.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def summarize(args, first_call, total, ttft, tokens):
     new_tokens = args.max_length - args.prompt_length
     return {
@@ -100,7 +113,7 @@ def summarize(args, first_call, total, ttft, tokens):
         "ms_per_step": 1000 * (total - (ttft or 0)) / max(new_tokens - (ttft is not None), 1),
         "tokens_per_s": args.batch * new_tokens / total,
         "total_s": total,
-        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_memory_mb": peak_memory_mb(),
         "tokens": tokens,
     }
 

@@ -82,20 +82,27 @@ def slice(x, start, length, axis):
     return _impl.slice(x, start, length, axis)
 
 
-def update_slice(x, update, start, axis):
-    """`x` with `update` written along `axis` from `start`, a scalar tensor."""
-    return _impl.update_slice(x, update, start, axis)
+def update_slice(x, update, start, axis, donate=False):
+    """`x` with `update` written along `axis` from `start`, a scalar tensor.
+
+    `donate=True` promises that `x` is not read again, so that the write
+    may happen in place: torch then writes into `x` instead of copying it
+    (a key/value cache is rewritten every step). XLA already updates loop
+    buffers in place, so JAX and TensorFlow ignore it.
+    """
+    return _impl.update_slice(x, update, start, axis, donate=donate)
 
 
-def update_rows(x, update, starts, axis):
+def update_rows(x, update, starts, axis, donate=False):
     """`x` with row `b` of `update` written along `axis` from `starts[b]`.
 
     The per-row form of `update_slice`: `x` and `update` share the batch
     axis 0 and `starts` is a `(batch,)` int tensor, so that each row of a
     batch can write at its own position (speculative decoding advances rows
-    by different counts). Every write must lie inside `x`.
+    by different counts). Every write must lie inside `x`. `donate` as in
+    `update_slice`.
     """
-    return _impl.update_rows(x, update, starts, axis)
+    return _impl.update_rows(x, update, starts, axis, donate=donate)
 
 
 def count_tokens(token_ids, weights, vocabulary_size):

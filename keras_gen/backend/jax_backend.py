@@ -45,11 +45,11 @@ def slice(x, start, length, axis):
     return jax.lax.dynamic_slice_in_dim(x, start, length, axis=axis)
 
 
-def update_slice(x, update, start, axis):
+def update_slice(x, update, start, axis, donate=False):
     return jax.lax.dynamic_update_slice_in_dim(x, update, start, axis=axis)
 
 
-def update_rows(x, update, starts, axis):
+def update_rows(x, update, starts, axis, donate=False):
     def update_row(row, row_update, start):
         return jax.lax.dynamic_update_slice_in_dim(
             row, row_update.astype(row.dtype), start, axis=axis - 1

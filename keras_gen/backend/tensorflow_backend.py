@@ -53,13 +53,13 @@ def slice(x, start, length, axis):
     return tf.slice(x, _starts(x, start, axis), sizes)
 
 
-def update_slice(x, update, start, axis):
+def update_slice(x, update, start, axis, donate=False):
     return dynamic_update_slice(
         x, tf.cast(update, x.dtype), _starts(x, start, axis)
     )
 
 
-def update_rows(x, update, starts, axis):
+def update_rows(x, update, starts, axis, donate=False):
     # A scatter of whole trailing slices: indices `(*update.shape[:axis + 1],
     # axis + 1)` name the batch row, the leading axes and the position.
     shape = tf.shape(update)[: axis + 1]

@@ -74,12 +74,22 @@ def slice(x, start, length, axis):
     return torch.index_select(x, axis, _positions(x, start, length))
 
 
-def update_slice(x, update, start, axis):
+# A donated `x` is written in place: copying a whole cache to change one
+# position would cost more than the step's attention. Inside a compiled step
+# this is a mutation of the step's input, which `torch.compile` supports.
+# A broadcast view (`ops.repeat` of one row) shares memory between rows and
+# is copied by its first write.
+def _in_place(x, donate):
+    return donate and x.is_contiguous()
+
+
+def update_slice(x, update, start, axis, donate=False):
     positions = _positions(x, start, update.shape[axis])
-    return x.index_copy(axis, positions, update.to(x.dtype))
+    copy = x.index_copy_ if _in_place(x, donate) else x.index_copy
+    return copy(axis, positions, update.to(x.dtype))
 
 
-def update_rows(x, update, starts, axis):
+def update_rows(x, update, starts, axis, donate=False):
     # Advanced indexing over axes 0..axis; the index tensors broadcast to
     # `update.shape[:axis + 1]`.
     starts = torch.as_tensor(starts, device=x.device).to(torch.int64)
@@ -91,7 +101,8 @@ def update_rows(x, update, starts, axis):
         if dim == axis:
             index = index + starts.reshape([-1] + [1] * axis)
         indices.append(index)
-    return x.index_put(tuple(indices), update.to(x.dtype))
+    put = x.index_put_ if _in_place(x, donate) else x.index_put
+    return put(tuple(indices), update.to(x.dtype))
 
 
 def count_tokens(token_ids, weights, vocabulary_size):

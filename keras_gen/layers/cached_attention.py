@@ -26,7 +26,8 @@ class CachedAttention(keras.layers.Layer):
         key: `(batch, num_key_value_heads, length, head_dim)`.
         value: same shape as `key`.
         cache: `None`, or a `(key_cache, value_cache)` pair, each
-            `(batch, num_key_value_heads, cache_length, head_dim)`.
+            `(batch, num_key_value_heads, cache_length, head_dim)`. It is
+            handed over: on torch it is updated in place.
         index: scalar int tensor, the position of the first new token, or
             a `(batch,)` int tensor: one such position per row.
         seed_cache: bool. When `True` the new keys and values are written
@@ -61,8 +62,9 @@ class CachedAttention(keras.layers.Layer):
         keys, values, key_start = key, value, index
         if cache is not None:
             key_cache, value_cache = cache
-            key_cache = update(key_cache, key, index, axis=2)
-            value_cache = update(value_cache, value, index, axis=2)
+            # The caller hands the cache over: it is written in place.
+            key_cache = update(key_cache, key, index, axis=2, donate=True)
+            value_cache = update(value_cache, value, index, axis=2, donate=True)
             cache = (layouts.shard_heads(key_cache), layouts.shard_heads(value_cache))
             if not seed_cache:
                 keys, values, key_start = key_cache, value_cache, 0

@@ -251,11 +251,42 @@ class CausalLM(keras.Model):
             loop = sampler.start_draft(
                 loop, token_ids[:, :prefill_length], mask[:, :prefill_length]
             )
-        return {
+        loop = {
             **loop,
             "parameters": inputs["sampler"],
             "processor_parameters": inputs.get("processors", []),
         }
+        if sampler.first_step_from_prompt:
+            loop = self._first_step(loop, hidden_states, processors, sampler)
+        return loop
+
+    def _first_step(self, loop, hidden_states, processors, sampler):
+        """Take the first step on logits from the prompt's forward pass.
+
+        Seeding the cache already computed the last prompt token's hidden
+        state, so the first token needs no decode step (which would run the
+        model again and read the whole cache): time to first token follows
+        the prompt's length, not `max_length`. A loop that runs at most
+        once, so that nothing is generated when every row is at its end.
+        """
+        first = loop["index"]
+
+        def prompt_next(prompt, state, index):
+            last = backend.slice(hidden_states, index - 1, 1, axis=1)[:, 0]
+            return self.backbone.compute_logits(last), last, state
+
+        with sampler.bind(loop["parameters"]), sampler.use_processors(
+            processors, loop["processor_parameters"]
+        ):
+            return backend.while_loop(
+                lambda loop: ops.logical_and(
+                    sampler.cond(loop), loop["index"] == first
+                ),
+                lambda loop: sampler.step(prompt_next, loop),
+                loop,
+                # On torch: one step is not worth a compiled graph.
+                jit_compile=False,
+            )
 
     def _run_loop(self, loop, processors=(), sampler=None):
         """Run the sampler loop until it ends or reaches `loop["until"]`."""
@@ -529,11 +560,15 @@ class CausalLM(keras.Model):
         try:
             with backend.no_grad():
                 loop = start(request.program_inputs, **request.static_arguments)
+                # The first token may come with the start: hand it out now.
+                advanced = sampler.first_step_from_prompt
                 while not request.done:
-                    index = int(ops.convert_to_numpy(loop["index"]))
-                    until = min(index + chunk_size, request.cache_length)
-                    loop["until"] = ops.convert_to_tensor(until, "int32")
-                    loop = advance(loop)
+                    if not advanced:
+                        index = int(ops.convert_to_numpy(loop["index"]))
+                        until = min(index + chunk_size, request.cache_length)
+                        loop["until"] = ops.convert_to_tensor(until, "int32")
+                        loop = advance(loop)
+                    advanced = False
                     time_is_up = (
                         max_time is not None
                         and time.monotonic() - started >= max_time

@@ -85,6 +85,10 @@ class Sampler(Tunable):
     supports_step_outputs = True
     # Sequences returned per prompt.
     num_return_sequences = 1
+    # Whether `step` calls `next` once, on the loop's rows as they are. Then
+    # `CausalLM` takes the first step on the logits that seeding the cache
+    # computed, instead of running the last prompt token again.
+    first_step_from_prompt = True
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature

@@ -105,6 +105,19 @@ def update_rows(x, update, starts, axis, donate=False):
     return _impl.update_rows(x, update, starts, axis, donate=donate)
 
 
+def matmul_transposed(x, y):
+    """`x @ y.T`: `(..., n)` against every row of a `(m, n)` matrix `y`.
+
+    How an embedding table serves as the output head. torch computes
+    `(y @ x.T).T`, which MKL runs several times faster when `x` has a few
+    rows (GPT-2's 50257 x 768 table against two rows on 2 CPU cores: 4.6 ms
+    instead of 27 ms); XLA chooses its own layouts.
+    """
+    if hasattr(_impl, "matmul_transposed"):
+        return _impl.matmul_transposed(x, y)
+    return keras.ops.matmul(x, keras.ops.transpose(y))
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     """`(batch, vocabulary_size)` sums of `weights` per token id, row by row.
 

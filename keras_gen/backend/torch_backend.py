@@ -105,6 +105,11 @@ def update_rows(x, update, starts, axis, donate=False):
     return put(tuple(indices), update.to(x.dtype))
 
 
+def matmul_transposed(x, y):
+    rows = x.reshape(-1, x.shape[-1])
+    return (y @ rows.t()).t().reshape(*x.shape[:-1], y.shape[0])
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = torch.as_tensor(token_ids).to(torch.int64)
     weights = torch.as_tensor(weights, device=token_ids.device).to(torch.float32)

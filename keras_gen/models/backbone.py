@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_gen import backend
 from keras_gen import layouts
 
 
@@ -97,11 +98,11 @@ class Backbone(keras.Model):
         """
         if embedding.quantization_mode == "int8":
             kernel = ops.cast(embedding._embeddings, hidden_states.dtype)
-            logits = ops.matmul(hidden_states, ops.transpose(kernel))
+            logits = backend.matmul_transposed(hidden_states, kernel)
             scale = ops.cast(embedding.embeddings_scale, logits.dtype)
             return ops.cast(logits / scale, "float32")
         kernel = ops.cast(embedding.embeddings, hidden_states.dtype)
-        logits = ops.matmul(hidden_states, ops.transpose(kernel))
+        logits = backend.matmul_transposed(hidden_states, kernel)
         return ops.cast(logits, "float32")
 
     def call(self, token_ids, padding_mask=None, training=False):

@@ -65,7 +65,10 @@ def parse_args(argv=None):
     parser.add_argument("--stream", action="store_true", help="also time keras-gen's stream")
     parser.add_argument("--ttft-max-length", type=int, default=1024,
                         help="also time keras-gen's first token with this max_length")
-    parser.add_argument("--quantize", choices=["int8"], help="also run keras-gen quantized")
+    parser.add_argument("--quantize", choices=["int8", "int8-activations"],
+                        help="also run keras-gen quantized (int8: weight-only; "
+                             "int8-activations: Keras' int8, activations too) and "
+                             "report its drift from float32")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--system", help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--weights", help=argparse.SUPPRESS)
@@ -123,7 +126,7 @@ def run_keras_gen(args, quantize=None):
 
     lm = keras_gen.models.CausalLM.from_pretrained(args.weights)
     if quantize:
-        lm.quantize(quantize)
+        lm.quantize("int8", quantize_activations=quantize == "int8-activations")
     lm.compile(sampler=args.sampler)
     batch = prompts(args, lm.backbone.vocabulary_size)
     kwargs = dict(max_length=args.max_length, stop_token_ids=None, seed=0)
@@ -159,6 +162,10 @@ def run_keras_gen(args, quantize=None):
         stream_total, _ = timed(stream_all, args.repeats)
         result["stream_tokens_per_s"] = result["tokens_per_s"] * total / stream_total
         result["stream_overhead"] = stream_total / total - 1
+    if args.quantize:
+        # The float and quantized runs compare their greedy log-probs.
+        output = lm.generate(batch, **kwargs, return_dict=True, output_log_probs=True)
+        result["log_probs"] = [row.tolist() for row in output.log_probs]
     return result
 
 
@@ -226,6 +233,7 @@ def run_system(args):
     runners = {
         "keras-gen": run_keras_gen,
         "keras-gen-int8": lambda a: run_keras_gen(a, quantize="int8"),
+        "keras-gen-int8-activations": lambda a: run_keras_gen(a, quantize="int8-activations"),
         "keras-hub": run_keras_hub,
         "transformers": run_transformers,
         "transformers-compiled": lambda a: run_transformers(a, compiled=True),
@@ -260,11 +268,30 @@ def child(args, system, backend):
                "--ttft-max-length", str(args.ttft_max_length)]
     if args.stream:
         command.append("--stream")
+    if args.quantize:
+        command += ["--quantize", args.quantize]
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         return {"error": result.stderr.strip().splitlines()[-1:] or ["failed"]}
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def drift(reference, quantized):
+    """Where greedy tokens first differ, and the largest log-prob change
+    over the positions before it (after it the rows run different text)."""
+    agree, change = [], 0.0
+    for tokens, other, log_probs, other_log_probs in zip(
+            reference["tokens"], quantized["tokens"],
+            reference["log_probs"], quantized["log_probs"]):
+        same = next((i for i, (a, b) in enumerate(zip(tokens, other)) if a != b), len(tokens))
+        agree.append(same)
+        # Up to and including the first differing position: its log-prob
+        # is of a different token, the change that flipped the choice.
+        n = min(same + 1, len(tokens))
+        change = max(change, float(np.abs(np.subtract(log_probs[:n], other_log_probs[:n])).max()))
+    return (f"greedy tokens agree for {agree} of {len(reference['tokens'][0])} new "
+            f"tokens per row; max |log-prob change| {change:.4f} up to the first difference")
 
 
 def report(args, results):
@@ -289,6 +316,9 @@ def report(args, results):
         print(f"keras-gen / {name}: time per step x{ours['ms_per_step'] / r['ms_per_step']:.2f}, "
               f"tokens/s x{ours['tokens_per_s'] / r['tokens_per_s']:.2f}; "
               f"same tokens in {same}/{len(ours['tokens'])} rows")
+    for name, r in results.items():
+        if "log_probs" in r and name != "keras-gen" and "log_probs" in ours:
+            print(f"{name} drift from float32: {drift(ours, r)}")
     if "time_to_first_token_long_ms" in ours:
         print(f"keras-gen first token: {ours['time_to_first_token_ms']:.1f} ms at max_length="
               f"{args.max_length}, {ours['time_to_first_token_long_ms']:.1f} ms at max_length="

@@ -49,6 +49,9 @@ class CachedAttention(keras.layers.Layer):
     def __init__(self, sliding_window=None, **kwargs):
         super().__init__(**kwargs)
         self.sliding_window = sliding_window
+        # No weights: built from the start, so a model quantizes before its
+        # first call.
+        self.built = True
 
     def call(self, query, key, value, cache=None, index=0, seed_cache=False):
         query_length = ops.shape(query)[2]

@@ -186,15 +186,26 @@ class CausalLM(keras.Model):
             variables += [v for v in draft.variables if id(v) not in seen]
         return variables
 
-    def quantize(self, mode, **kwargs):
-        """Quantize the weights with Keras (`"int8"`: int8 weights, one scale
-        per output channel) and drop the compiled programs built for the
-        float weights. Generation then reads the int8 weights.
+    def quantize(self, mode=None, config=None, quantize_activations=False, **kwargs):
+        """Quantize the weights with Keras and drop the compiled programs
+        built for the float weights. Generation then reads the int8 weights.
+
+        `"int8"` is weight-only by default: int8 weights with one scale per
+        output channel, float activations. `quantize_activations=True` keeps
+        Keras' own int8 scheme, which also quantizes each row of activations
+        at run time: faster under XLA, further from the float model. Other
+        arguments go to `keras.Model.quantize`.
         """
+        if config.mode == "int8" and not quantize_activations:
+            # Keras has already resolved `mode` into a `config`.
+            config = keras.quantizers.Int8QuantizationConfig(
+                weight_quantizer=config.weight_quantizer,
+                activation_quantizer=None,
+            )
         with warnings.catch_warnings():
             # Norms and attention have nothing to quantize; Keras says so.
             warnings.filterwarnings("ignore", "Layer .* does not have a `quantize`")
-            self.backbone.quantize(mode, **kwargs)
+            self.backbone.quantize(mode, config=config, **kwargs)
         self.generate_function = None
         self.generate_functions = {}
         self.stream_functions = {}

@@ -33,6 +33,34 @@ def test_slice_and_update_slice_take_tensor_starts():
     np.testing.assert_array_equal(ops.convert_to_numpy(updated), expected)
 
 
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_donated_update_writes_the_same_values(broadcast):
+    x = ops.reshape(ops.arange(24, dtype="float32"), (2, 3, 4))
+    if broadcast:  # rows that share memory (a repeated row)
+        x = ops.repeat(x[:1], 2, axis=0)
+    expected = ops.convert_to_numpy(x).copy()
+    expected[:, :, 2] = -1
+    update = -ops.ones((2, 3, 1))
+    start = ops.convert_to_tensor(2, "int32")
+    updated = backend.update_slice(x, update, start, axis=2, donate=True)
+    np.testing.assert_array_equal(ops.convert_to_numpy(updated), expected)
+    x = ops.convert_to_tensor(ops.convert_to_numpy(x))
+    starts = ops.convert_to_tensor([2, 2], "int32")
+    updated = backend.update_rows(x, update, starts, axis=2, donate=True)
+    np.testing.assert_array_equal(ops.convert_to_numpy(updated), expected)
+    if keras.config.backend() == "torch" and not broadcast:
+        assert updated is x  # written in place, not copied
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 8)])
+def test_matmul_transposed(shape):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype("float32")
+    y = rng.normal(size=(5, 8)).astype("float32")
+    result = backend.matmul_transposed(ops.convert_to_tensor(x), ops.convert_to_tensor(y))
+    np.testing.assert_allclose(ops.convert_to_numpy(result), x @ y.T, rtol=1e-5, atol=1e-5)
+
+
 def test_while_loop_runs_until_cond_fails():
     def cond(state):
         return state["i"] < 5

@@ -194,12 +194,16 @@ def test_same_weights_give_same_tokens_on_every_backend():
     assert lm.generate(PROMPTS, max_new_tokens=15) == expected
 
 
-def test_int8_quantization_keeps_greedy_tokens_close(gpt2_lm):
+@pytest.mark.parametrize("quantize_activations", [False, True])
+def test_int8_quantization_keeps_greedy_tokens_close(gpt2_lm, quantize_activations):
     kwargs = dict(max_new_tokens=12, return_dict=True, output_log_probs=True)
     reference = gpt2_lm.generate(PROMPTS, **kwargs)
-    gpt2_lm.quantize("int8")
+    gpt2_lm.quantize("int8", quantize_activations=quantize_activations)
     assert gpt2_lm.generate_function is None
     assert "int8" in {v.dtype for v in gpt2_lm.backbone.weights}
+    # Weight-only by default: activations stay float.
+    dense = gpt2_lm.backbone.transformer_layers[0].c_fc
+    assert (dense.inputs_quantizer is not None) == quantize_activations
     quantized = gpt2_lm.generate(PROMPTS, **kwargs)
     assert quantized.token_ids == reference.token_ids
     drift = max(

@@ -121,3 +121,16 @@ def test_training_tool_is_deterministic(tmp_path):
     record = json.loads((outputs[0] / "training.json").read_text())
     assert record["settings"]["steps"] == 2 and "final_validation_loss" in record
     assert CausalLM.from_pretrained(str(outputs[0])).tokenizer.vocabulary_size == 300
+
+
+def test_weight_only_int8_stays_close_to_float():
+    # A trained model, loaded from disk and quantized before its first call.
+    lm = CausalLM.from_preset("demo")
+    kwargs = dict(max_new_tokens=8, return_dict=True, output_log_probs=True)
+    prompts = ["The history of", "A river is"]
+    reference = lm.generate(prompts, **kwargs)
+    lm.quantize("int8")
+    quantized = lm.generate(prompts, **kwargs)
+    assert quantized.token_ids == reference.token_ids
+    for a, b in zip(reference.log_probs, quantized.log_probs):
+        assert abs(a - b).max() < 0.1

@@ -126,6 +126,26 @@ def test_stream_does_not_recompile_as_it_advances(gpt2_lm, traces):
     assert traces() == first
 
 
+def test_first_chunk_is_the_token_the_prompt_predicts(gpt2_lm):
+    # Samplers with a plain step take the first token from the prompt's
+    # forward pass, so the stream hands it out before any decode step.
+    final = gpt2_lm.generate(PROMPTS, max_new_tokens=6, return_dict=True)
+    stream = gpt2_lm.stream(PROMPTS, max_new_tokens=6, stream_chunk_size=4)
+    first = next(stream)
+    stream.close()
+    # The shortest prompt gets its first token; longer rows are still
+    # inside their prompts at that position.
+    assert first.token_ids[1] == final.token_ids[1][:1]
+    assert all(len(t) <= 1 for t in first.token_ids)
+
+
+def test_prompts_already_at_max_length_generate_nothing(gpt2_lm):
+    prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert gpt2_lm.generate(prompts, max_length=4) == prompts
+    chunks = list(gpt2_lm.stream(prompts, max_length=4))
+    assert GenerationOutput.join(chunks).finish_reasons == ["length", "length"]
+
+
 def test_breaking_out_early_stops(gpt2_lm):
     stream = gpt2_lm.stream(PROMPTS, max_new_tokens=40, stream_chunk_size=2)
     first = next(stream)

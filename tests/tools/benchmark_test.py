@@ -15,7 +15,8 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     command = [
         sys.executable, str(ROOT / "tools" / "benchmark.py"), "--tiny",
         "--repeats", "1", "--max-length", "48", "--ttft-max-length", "96",
-        "--stream", "--systems", "keras-gen,keras-hub,transformers",
+        "--stream", "--quantize", "int8",
+        "--systems", "keras-gen,keras-hub,transformers",
         "--json", str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -29,3 +30,5 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     assert ours["tokens"] == results["keras-hub"]["tokens"]
     assert "stream_overhead" in ours and "time_to_first_token_long_ms" in ours
     assert "keras-gen / keras-hub" in result.stdout
+    assert len(results["keras-gen-int8"]["log_probs"]) == len(ours["tokens"])
+    assert "keras-gen-int8 drift from float32" in result.stdout

@@ -7,6 +7,7 @@ place, and `index` is a tensor, so the step never recompiles as it advances.
 """
 
 import os
+import warnings
 
 import torch
 
@@ -44,22 +45,49 @@ def _compiled(body):
     )
 
 
+# The program now running, as `{"compile": bool}`: whether its loops compile
+# their step. `compile_function` sets it; a step that `torch.compile` cannot
+# capture turns it off for that program, which then runs eagerly.
+_program = {"compile": True}
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):
+    program = {"compile": jit_compile}
+
     def call(*args, **kwargs):
+        global _program
         backend.check_distribution()
-        with torch.no_grad():
-            return fn(*args, **kwargs)
+        outer, _program = _program, program
+        try:
+            with torch.no_grad():
+                return fn(*args, **kwargs)
+        finally:
+            _program = outer
 
     call.jit_compile = jit_compile
     return call
 
 
 def while_loop(cond, body, loop_state, jit_compile=True):
-    step = _compiled(body) if jit_compile and COMPILER != "none" else body
+    program = _program
+    compiled = jit_compile and program["compile"] and COMPILER != "none"
+    step = _compiled(body) if compiled else body
     while bool(cond(loop_state)):
-        loop_state = step(loop_state)
+        try:
+            loop_state = step(loop_state)
+        except torch._dynamo.exc.Unsupported as error:
+            # Dynamo fails while tracing, before the step has run.
+            if step is body:
+                raise
+            warnings.warn(
+                "torch.compile cannot capture this generation step, so it "
+                f"runs eagerly: {str(error).splitlines()[0]}"
+            )
+            program["compile"] = False
+            step = body
+            loop_state = step(loop_state)
     return loop_state
 
 

@@ -97,8 +97,6 @@ class BeamSampler(Sampler):
 
     # Beams are reordered every step: per-step outputs have no single row.
     supports_step_outputs = False
-    # The first step widens each prompt into its beams.
-    first_step_from_prompt = False
 
     def start(self, prompt, state, index, mask=None, stop_token_ids=None,
               hidden_states=None, end=None, seed=None, **kwargs):

@@ -44,9 +44,6 @@ class ContrastiveSampler(Sampler):
     {'temperature': 1.0, 'alpha': 0.6}
     """
 
-    # A step also runs the model on its candidates.
-    first_step_from_prompt = False
-
     def __init__(self, k=5, alpha=0.6, temperature=1.0, seed=None):
         self.k = check_count("k", k)
         self.alpha = alpha

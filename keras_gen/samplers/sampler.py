@@ -85,15 +85,23 @@ class Sampler(Tunable):
     supports_step_outputs = True
     # Sequences returned per prompt.
     num_return_sequences = 1
-    # Whether `step` calls `next` once, on the loop's rows as they are. Then
-    # `CausalLM` takes the first step on the logits that seeding the cache
-    # computed, instead of running the last prompt token again.
-    first_step_from_prompt = True
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature
         self.seed = seed
         self.get_parameters()
+
+    @property
+    def first_step_from_prompt(self):
+        """Whether the first step may use the prompt's own logits.
+
+        Then `CausalLM` runs the first step with a `next` that returns the
+        logits seeding the cache already computed, instead of running the
+        last prompt token again. True for the base `step`, which calls
+        `next` once on the loop's rows as they are; a sampler that
+        overrides `step` opts in by overriding this.
+        """
+        return type(self).step is Sampler.step
 
     def get_parameters(self):
         """The tunable numbers, checked, as a dict of Python numbers."""

@@ -94,9 +94,6 @@ class SpeculativeSampler(Sampler):
     4
     """
 
-    # A step drafts and verifies several positions.
-    first_step_from_prompt = False
-
     def __init__(
         self,
         sampler,

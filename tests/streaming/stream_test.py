@@ -139,6 +139,16 @@ def test_first_chunk_is_the_token_the_prompt_predicts(gpt2_lm):
     assert all(len(t) <= 1 for t in first.token_ids)
 
 
+def test_only_samplers_with_the_plain_step_use_the_prompts_logits(gpt2_lm):
+    assert samplers.TopKSampler(k=3).first_step_from_prompt
+    assert not samplers.BeamSampler(num_beams=2).first_step_from_prompt
+    assert not samplers.ContrastiveSampler(k=2).first_step_from_prompt
+    # Their first chunk comes from a decode step: `stream_chunk_size` tokens.
+    gpt2_lm.compile(sampler=samplers.ContrastiveSampler(k=2))
+    first = next(gpt2_lm.stream([[1, 2, 3]], max_new_tokens=6, stream_chunk_size=2))
+    assert len(first.token_ids[0]) == 2
+
+
 def test_prompts_already_at_max_length_generate_nothing(gpt2_lm):
     prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]
     assert gpt2_lm.generate(prompts, max_length=4) == prompts

@@ -11,6 +11,10 @@ from keras_gen import backend
 DISTRIBUTED = False
 
 
+def _as_variable(x):
+    return x if isinstance(x, tf.Variable) else tf.Variable(x, trainable=False)
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):
@@ -18,13 +22,33 @@ def compile_function(
     # (the static arguments) as part of the program's signature.
     def traced_fn(*args, **kwargs):
         backend.count_trace()
-        return fn(*args, **kwargs)
+        if not donate_argnums:
+            return fn(*args, **kwargs)
+        # A donated argument arrives as `tf.Variable`s and its result is
+        # assigned back: XLA updates a variable in place, while a tensor
+        # argument is copied into the program's buffers on every call (a
+        # stream chunk would copy the whole cache).
+        (donated,) = donate_argnums
+        values = list(args)
+        values[donated] = tf.nest.map_structure(
+            lambda v: v.read_value(), args[donated]
+        )
+        result = fn(*values, **kwargs)
+        tf.nest.map_structure(lambda v, x: v.assign(x), args[donated], result)
 
     function = tf.function(traced_fn, jit_compile=jit_compile, autograph=False)
 
     def call(*args, **kwargs):
         backend.check_distribution()
-        return function(*args, **kwargs)
+        if not donate_argnums:
+            return function(*args, **kwargs)
+        args = [
+            tf.nest.map_structure(_as_variable, arg) if i in donate_argnums else arg
+            for i, arg in enumerate(args)
+        ]
+        function(*args, **kwargs)
+        (donated,) = donate_argnums
+        return args[donated]
 
     return call
 

@@ -61,6 +61,19 @@ def test_matmul_transposed(shape):
     np.testing.assert_allclose(ops.convert_to_numpy(result), x @ y.T, rtol=1e-5, atol=1e-5)
 
 
+def test_a_donated_argument_comes_back_updated_call_after_call():
+    step = backend.compile_function(
+        lambda state: {"x": state["x"] + 1, "y": state["y"] * 2},
+        [],
+        donate_argnums=(0,),
+    )
+    state = {"x": ops.zeros((3,)), "y": ops.ones((2, 2))}
+    for _ in range(3):
+        state = step(state)
+    np.testing.assert_array_equal(ops.convert_to_numpy(state["x"]), [3, 3, 3])
+    np.testing.assert_array_equal(ops.convert_to_numpy(state["y"]), np.full((2, 2), 8))
+
+
 def test_while_loop_runs_until_cond_fails():
     def cond(state):
         return state["i"] < 5

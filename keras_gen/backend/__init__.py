@@ -55,8 +55,11 @@ def compile_function(
     JAX: `jax.jit`, with the variables passed in explicitly. TensorFlow:
     `tf.function(jit_compile=True)`. torch: `fn` runs eagerly and its loops
     compile their step (see `while_loop`). Arguments named in
-    `static_argnames` are Python values that select a program; positional
-    arguments in `donate_argnums` may be reused for the outputs (JAX).
+    `static_argnames` are Python values that select a program. At most one
+    positional argument, named in `donate_argnums`, is handed over: `fn`
+    returns its new value, in the same structure, and the old one is not
+    read again (a stream's loop state). JAX reuses its buffers; TensorFlow
+    keeps it in `tf.Variable`s that the program updates in place.
     """
     return _impl.compile_function(
         fn,

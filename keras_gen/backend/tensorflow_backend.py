@@ -15,20 +15,12 @@ def _as_variable(x):
     return x if isinstance(x, tf.Variable) else tf.Variable(x, trainable=False)
 
 
-def compile_function(
-    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
-):
-    # tf.function reads the variables by reference and treats Python values
-    # (the static arguments) as part of the program's signature.
-    def traced_fn(*args, **kwargs):
-        backend.count_trace()
-        if not donate_argnums:
-            return fn(*args, **kwargs)
-        # A donated argument arrives as `tf.Variable`s and its result is
-        # assigned back: XLA updates a variable in place, while a tensor
-        # argument is copied into the program's buffers on every call (a
-        # stream chunk would copy the whole cache).
-        (donated,) = donate_argnums
+def _assigning(fn, donated):
+    # A donated argument lives in `tf.Variable`s and the program assigns its
+    # new value to them: XLA updates a variable in place, while a tensor
+    # argument is copied into the program's buffers on every call (a stream
+    # chunk would copy the whole cache).
+    def assigning_fn(*args, **kwargs):
         values = list(args)
         values[donated] = tf.nest.map_structure(
             lambda v: v.read_value(), args[donated]
@@ -36,18 +28,30 @@ def compile_function(
         result = fn(*values, **kwargs)
         tf.nest.map_structure(lambda v, x: v.assign(x), args[donated], result)
 
+    return assigning_fn
+
+
+def compile_function(
+    fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
+):
+    donated = donate_argnums[0] if donate_argnums else None
+    body = fn if donated is None else _assigning(fn, donated)
+
+    # tf.function reads the variables by reference and treats Python values
+    # (the static arguments) as part of the program's signature.
+    def traced_fn(*args, **kwargs):
+        backend.count_trace()
+        return body(*args, **kwargs)
+
     function = tf.function(traced_fn, jit_compile=jit_compile, autograph=False)
 
     def call(*args, **kwargs):
         backend.check_distribution()
-        if not donate_argnums:
+        if donated is None:
             return function(*args, **kwargs)
-        args = [
-            tf.nest.map_structure(_as_variable, arg) if i in donate_argnums else arg
-            for i, arg in enumerate(args)
-        ]
+        args = list(args)
+        args[donated] = tf.nest.map_structure(_as_variable, args[donated])
         function(*args, **kwargs)
-        (donated,) = donate_argnums
         return args[donated]
 
     return call

@@ -182,13 +182,15 @@ class CompileCounter:
 
 def count_calls(lm):
     calls = [0]
-    for key, function in list(lm.generate_functions.items()):
+    for key, function in list(lm._programs.items()):
+        if key[0] != "generate":
+            continue
 
         def counted(*args, function=function, **kwargs):
             calls[0] += 1
             return function(*args, **kwargs)
 
-        lm.generate_functions[key] = counted
+        lm._programs[key] = counted
     return calls
 
 

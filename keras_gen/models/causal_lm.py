@@ -1,7 +1,9 @@
 """The causal language model task: compile once, generate many times."""
 
+import collections
 import functools
 import os
+import threading
 import time
 import warnings
 
@@ -11,26 +13,59 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
+from keras_gen.generation_config import GenerationConfig
+from keras_gen.models.backbone import Backbone
 from keras_gen.models.generation_request import GenerationRequest
-from keras_gen.samplers.sampler import check_count
-from keras_gen.samplers.sampler import check_positive
+from keras_gen.sampling import options as options_lib
+from keras_gen.generation_config import OPTIONS
+from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
 from keras_gen.streaming.generation_output import GenerationOutput
+from keras_gen.utils.checks import check_count
 
-
-def _requested_outputs(scores, logits, log_probs, hidden_states):
-    wanted = {
-        "scores": scores,
-        "logits": logits,
-        "log_probs": log_probs,
-        "hidden_states": hidden_states,
-    }
-    return tuple(name for name, flag in wanted.items() if flag)
+# Compiled programs a model keeps (least recently used dropped first): one
+# per sampler structure, processor chain structure and kind (generate, or a
+# stream's start/advance pair).
+MAX_PROGRAMS = 16
+# The default of `num_speculative_tokens`.
+SPECULATIVE_TOKENS = 4
 
 
 # Per-row counts a speculative loop keeps: `lengths` tells the host how far
 # each row got; the others are its acceptance counts.
 ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
+
+
+def _call_options(generation_config, options):
+    """One call's options: its `generation_config`, then its keywords."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"Unknown keyword arguments {unknown}. Generation options are the "
+            f"fields of `keras_gen.GenerationConfig`: {sorted(OPTIONS)}"
+        )
+    if "stop_token_ids" in options and options["stop_token_ids"] is None:
+        # keras-hub's meaning: never stop early.
+        options = {**options, "stop_token_ids": []}
+    call = GenerationConfig.from_dict(
+        GenerationConfig() if generation_config is None else generation_config
+    )
+    return call.merge({k: v for k, v in options.items() if v is not None})
+
+
+def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
+    """A `Speculation`, with the draft model checked."""
+    draft = getattr(draft_model, "backbone", draft_model)
+    if draft is not None and not isinstance(draft, Backbone):
+        raise TypeError(
+            "`draft_model` must be a `CausalLM` (or its `Backbone`) with the "
+            f"model's vocabulary. Received: draft_model={draft_model!r}"
+        )
+    return Speculation(
+        draft,
+        check_count("num_speculative_tokens", num_speculative_tokens, allow_none=True),
+        check_count("prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True),
+    )
 
 
 def program_outputs(loop, finished):
@@ -71,14 +106,17 @@ class CausalLM(keras.Model):
     10
     """
 
-    def __init__(self, backbone, tokenizer=None, **kwargs):
+    def __init__(self, backbone, tokenizer=None, generation_config=None, **kwargs):
         super().__init__(**kwargs)
         self.backbone = backbone
         self.tokenizer = tokenizer
+        self.generation_config = GenerationConfig.from_dict(generation_config or {})
         self.sampler = None
         self.generate_function = None
         # Steps per compiled chunk of a stream.
         self.stream_chunk_size = 4
+        self._programs = collections.OrderedDict()
+        self._programs_lock = threading.Lock()
         self.compile()
         # The backbone is built; the task adds no weights of its own.
         self.built = True
@@ -95,7 +133,7 @@ class CausalLM(keras.Model):
         optimizer="auto",
         loss="auto",
         *,
-        sampler="greedy",
+        sampler=None,
         processors=None,
         jit_compile=True,
         draft_model=None,
@@ -109,13 +147,16 @@ class CausalLM(keras.Model):
             optimizer: as in `keras.Model.compile`; `"auto"` is Adam.
             loss: as in `keras.Model.compile`; `"auto"` is sparse
                 categorical cross-entropy on logits.
-            sampler: a sampler name (`"greedy"`, `"random"`, `"top_k"`,
-                `"top_p"`, `"min_p"`, `"beam"`, `"contrastive"`) or a
-                `keras_gen.samplers.Sampler`.
-            processors: `keras_gen.processors.LogitsProcessor`s (or their
-                names or configs) applied in order to every step's logits
-                before the sampler's temperature; `generate(processors=...)`
-                overrides them for one call.
+            sampler: `None` (the model's `generation_config` decides: greedy
+                unless it says otherwise), a sampler name (`"greedy"`,
+                `"random"`, `"top_k"`, `"top_p"`, `"min_p"`, `"beam"`,
+                `"contrastive"`) or a `keras_gen.samplers.Sampler`. It
+                replaces the sampling options of `generation_config`.
+            processors: `None` (from `generation_config`), or
+                `keras_gen.processors.LogitsProcessor`s (or their names or
+                configs) applied in order to every step's logits before the
+                sampler's temperature; they replace the processor options of
+                `generation_config`.
             jit_compile: bool. `False` runs generation eagerly (debugging).
             draft_model: a smaller `CausalLM` with the same vocabulary:
                 generate with speculative decoding, the draft proposing
@@ -134,48 +175,40 @@ class CausalLM(keras.Model):
         if loss == "auto":
             loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
-        self.assisted_samplers = {}
-        self.sampler = self._assisted_sampler(
-            samplers.get(sampler),
-            draft_model,
-            num_speculative_tokens,
-            prompt_lookup_ngram,
+        speculation = _speculation(
+            draft_model, num_speculative_tokens, prompt_lookup_ngram
         )
-        self.processors = processors_lib.get_list(processors)
+        if num_speculative_tokens is not None and not speculation.enabled:
+            raise ValueError(
+                "`num_speculative_tokens` needs `draft_model` or `prompt_lookup_ngram`."
+            )
+        speculation.check(self.backbone)
+        sampler = None if sampler is None else samplers.get(sampler)
+        if sampler is not None and speculation.enabled:
+            sampler = self._speculative_sampler(sampler, speculation)
+        processors = None if processors is None else processors_lib.get_list(processors)
+        self.speculation = speculation
+        self.sampler = sampler
+        self.processors = processors
         self.generate_jit_compile = jit_compile
-        self.generate_function = None
-        # One compiled program per processor chain structure (the chain is
-        # the program's structure; its numbers are inputs).
-        self.generate_functions = {}
-        self.stream_functions = {}
+        self.clear_programs()
 
-    def _assisted_sampler(
-        self, sampler, draft_model, num_speculative_tokens, prompt_lookup_ngram
-    ):
-        """`sampler`, or a `SpeculativeSampler` around it (one per setting,
-        kept so that its compiled programs are reused)."""
-        if draft_model is None and prompt_lookup_ngram is None:
-            if num_speculative_tokens is not None:
-                raise ValueError(
-                    "`num_speculative_tokens` needs `draft_model` or "
-                    "`prompt_lookup_ngram`."
-                )
-            return sampler
+    def clear_programs(self):
+        """Drop every compiled program (`compile` and `quantize` do)."""
+        with self._programs_lock:
+            self._programs.clear()
+        self.generate_function = None
+
+    def _speculative_sampler(self, sampler, speculation):
         if isinstance(sampler, SpeculativeSampler):
             sampler = sampler.sampler
-        draft = getattr(draft_model, "backbone", draft_model)
-        if num_speculative_tokens is None:
-            num_speculative_tokens = 4
-        key = (id(sampler), id(draft), num_speculative_tokens, prompt_lookup_ngram)
-        if key not in self.assisted_samplers:
-            self.assisted_samplers[key] = SpeculativeSampler(
-                sampler,
-                self.backbone,
-                num_speculative_tokens,
-                draft=draft,
-                prompt_lookup_ngram=prompt_lookup_ngram,
-            )
-        return self.assisted_samplers[key]
+        return SpeculativeSampler(
+            sampler,
+            self.backbone,
+            speculation.num_speculative_tokens or SPECULATIVE_TOKENS,
+            draft=speculation.draft,
+            prompt_lookup_ngram=speculation.prompt_lookup_ngram,
+        )
 
     def _generation_variables(self, sampler):
         """The variables a generation program reads: the draft's too."""
@@ -206,9 +239,7 @@ class CausalLM(keras.Model):
             # Norms and attention have nothing to quantize; Keras says so.
             warnings.filterwarnings("ignore", "Layer .* does not have a `quantize`")
             self.backbone.quantize(mode, config=config, **kwargs)
-        self.generate_function = None
-        self.generate_functions = {}
-        self.stream_functions = {}
+        self.clear_programs()
 
     def next(self, prompt, state, index):
         """One decoding step: logits for position `index`.
@@ -226,7 +257,7 @@ class CausalLM(keras.Model):
         self, inputs, prefill_length, outputs, processors=(), sampler=None
     ):
         """Seed the cache from the prompt; the loop state before step one."""
-        sampler = self.sampler if sampler is None else sampler
+        sampler = sampler or self._defaults(None, processors)[0]
         token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
         batch, cache_length = ops.shape(token_ids)
         hidden_states, state = self.backbone.build_state(
@@ -301,7 +332,7 @@ class CausalLM(keras.Model):
 
     def _run_loop(self, loop, processors=(), sampler=None):
         """Run the sampler loop until it ends or reaches `loop["until"]`."""
-        sampler = self.sampler if sampler is None else sampler
+        sampler = sampler or self._defaults(None, processors)[0]
         with sampler.bind(loop["parameters"]), sampler.use_processors(
             processors, loop["processor_parameters"]
         ):
@@ -320,7 +351,7 @@ class CausalLM(keras.Model):
                 `(2,)`, `sampler`: the sampler's tunable numbers,
                 `processors`: one dict of tunable numbers per processor,
                 and optionally `stop_sequences` (see
-                `keras_gen.samplers.stopping`).
+                `keras_gen.sampling.stopping`).
             prefill_length: int, how many leading positions hold prompt
                 tokens; the cache is seeded from these only.
             outputs: names of the per-step outputs to return (`"logits"`,
@@ -336,7 +367,7 @@ class CausalLM(keras.Model):
             `sequence_scores`. Speculative decoding adds `lengths`,
             `accepted_tokens` and `draft_tokens`, `(batch,)` each.
         """
-        sampler = self.sampler if sampler is None else sampler
+        sampler = sampler or self._defaults(None, processors)[0]
         loop = self._start_loop(inputs, prefill_length, outputs, processors, sampler)
         loop = self._run_loop(loop, processors, sampler)
         return program_outputs(loop, sampler.finish(loop))
@@ -344,16 +375,24 @@ class CausalLM(keras.Model):
     def make_generate_function(self, processors=None, sampler=None):
         """Build (once) and return the compiled generate function.
 
-        `processors` (default: those of `compile`) are the program's
-        structure: each chain structure compiles once and is cached until
-        `compile()`. Chains that differ only in their numbers share it.
-        `sampler` (default: that of `compile`) is structure too.
+        The program is found by structure: the sampler's class and the
+        settings that fix its shapes, and the processor chain's structure
+        (see `get_structure`). A new sampler or processor object with new
+        numbers reuses the program built for the first one of its
+        structure; the numbers are program inputs. At most `MAX_PROGRAMS`
+        programs are kept, the least recently used dropped first.
+        `compile()` drops them all.
+
+        Args:
+            processors: the logits processors; by default those a call
+                with no options would use.
+            sampler: the sampler; by default that of such a call. An
+                override of this method takes both and passes them on.
         """
-        processors = self.processors if processors is None else processors
-        sampler = self.sampler if sampler is None else sampler
-        key = (processors_lib.structure(processors), id(sampler))
-        if key not in self.generate_functions:
-            self.generate_functions[key] = backend.compile_function(
+        sampler, processors = self._defaults(sampler, processors)
+
+        def build():
+            return backend.compile_function(
                 functools.partial(
                     self.generate_step, processors=processors, sampler=sampler
                 ),
@@ -361,7 +400,8 @@ class CausalLM(keras.Model):
                 jit_compile=self.generate_jit_compile,
                 static_argnames=("prefill_length", "outputs"),
             )
-        self.generate_function = self.generate_functions[key]
+
+        self.generate_function = self._program("generate", sampler, processors, build)
         return self.generate_function
 
     def make_stream_functions(self, processors=None, sampler=None):
@@ -370,19 +410,18 @@ class CausalLM(keras.Model):
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
         the loop state; `advance(loop)` runs the same sampler step up to
         `loop["until"]`. The loop state is donated where the backend can.
-        Cached per processor chain structure, like `make_generate_function`.
+        Found by structure, like `make_generate_function`.
         """
-        processors = self.processors if processors is None else processors
-        sampler = self.sampler if sampler is None else sampler
-        key = (processors_lib.structure(processors), id(sampler))
-        if key not in self.stream_functions:
+        sampler, processors = self._defaults(sampler, processors)
+
+        def build():
             compile_function = functools.partial(
                 backend.compile_function,
                 variables=self._generation_variables(sampler),
                 jit_compile=self.generate_jit_compile,
             )
             arguments = {"processors": processors, "sampler": sampler}
-            self.stream_functions[key] = (
+            return (
                 compile_function(
                     functools.partial(self._start_loop, **arguments),
                     static_argnames=("prefill_length", "outputs"),
@@ -392,100 +431,102 @@ class CausalLM(keras.Model):
                     donate_argnums=(0,),
                 ),
             )
-        return self.stream_functions[key]
+
+        return self._program("stream", sampler, processors, build)
+
+    def _program(self, kind, sampler, processors, build):
+        """The cached program of this kind and structure, or a new one.
+
+        A program keeps the sampler and processors it was built with (its
+        structure); later calls bind their own numbers into them.
+        """
+        key = (kind, sampler.get_structure(), processors_lib.structure(processors))
+        with self._programs_lock:
+            if key in self._programs:
+                self._programs.move_to_end(key)
+                return self._programs[key]
+        program = build()
+        with self._programs_lock:
+            program = self._programs.setdefault(key, program)
+            while len(self._programs) > MAX_PROGRAMS:
+                self._programs.popitem(last=False)
+        return program
+
+    def _defaults(self, sampler, processors):
+        """`(sampler, processors)`, each as given or as a call with no
+        options would have them."""
+        if sampler is None or processors is None:
+            _, default_sampler, default_processors, _ = self._resolve({}, {})
+            sampler = default_sampler if sampler is None else sampler
+            processors = default_processors if processors is None else processors
+        return sampler, tuple(processors)
 
     def generate(
         self,
         inputs,
-        max_length=None,
+        generation_config=None,
         *,
-        max_new_tokens=None,
-        stop_token_ids="auto",
-        strip_prompt=False,
-        seed=None,
-        return_dict=False,
-        output_scores=False,
-        output_logits=False,
-        output_log_probs=False,
-        output_hidden_states=False,
+        sampler=None,
         processors=None,
-        stop_sequences=None,
-        stop_strings=None,
-        include_stop_string=False,
-        streamer=None,
-        max_time=None,
-        stream_chunk_size=None,
         draft_model=None,
-        num_speculative_tokens=None,
-        prompt_lookup_ngram=None,
+        strip_prompt=False,
+        return_dict=False,
+        streamer=None,
+        stream_chunk_size=None,
+        **options,
     ):
         """Generate text or token ids from one prompt or a batch.
+
+        Options come from, strongest first: the keyword `options` of this
+        call, `generation_config`, what `compile(sampler=...,
+        processors=...)` set, then `self.generation_config` (the model
+        folder's `generation_config.json`). See
+        `keras_gen.GenerationConfig` for every option.
 
         Args:
             inputs: one prompt or a batch: a list of token ids, a list of
                 such lists (ragged), a `{"token_ids", "padding_mask"}` dict
                 of arrays, or, with a tokenizer, a string or list of strings.
                 The output has the form of the input.
-            max_length: int, prompt plus new tokens per row. For dict inputs
-                it defaults to the width of `token_ids`.
-            max_new_tokens: int, new tokens per row. Give this or
-                `max_length`.
-            stop_token_ids: `"auto"` (the tokenizer's end tokens, if any),
-                `None` (never stop early) or a list of ids. A row stops
-                after emitting one; generation ends when every row has.
+            generation_config: a `keras_gen.GenerationConfig` (or a dict of
+                options) for this call.
+            sampler: a `keras_gen.samplers.Sampler` (or name) for this call,
+                instead of the compiled one.
+            processors: logits processors for this call, replacing those of
+                `compile` and of `generation_config` (`[]` for none).
+            draft_model: a `CausalLM` with the same vocabulary: speculative
+                decoding for this call (see `compile`); the record of
+                `return_dict=True` then holds per-row `accepted_tokens` and
+                `draft_tokens`.
             strip_prompt: bool, return only the new tokens.
-            seed: int or `None`. The same seed gives the same tokens.
             return_dict: bool. Return a `keras_gen.streaming.GenerationOutput`
                 (new tokens, text, finish reasons, sequences and the
                 requested per-step outputs) instead of the input's form.
-            output_scores, output_logits, output_log_probs,
-            output_hidden_states: bool, add these per-step arrays to the
-                record (see `GenerationOutput`).
-            processors: logits processors for this call, replacing those of
-                `compile` (`[]` for none).
-            stop_sequences: list of token id lists; a row stops once its
-                tokens end with one (matched in the compiled loop; the
-                sequence may start in the prompt). Output is cut after it.
-            stop_strings: list of strings (needs a tokenizer); a row stops
-                once its text contains one, however the tokens split it.
-            include_stop_string: bool. Keep the stop string (and the rest of
-                its last token) in the returned text.
             streamer: a `keras_gen.streaming.BaseStreamer`; it gets each
                 chunk as it is produced.
-            max_time: float, seconds. Rows still running then end with
-                finish reason `"time"` (checked between stream chunks).
             stream_chunk_size: int, steps per chunk when streaming.
-            draft_model, num_speculative_tokens, prompt_lookup_ngram:
-                speculative decoding for this call (see `compile`); the
-                record of `return_dict=True` then holds per-row
-                `accepted_tokens` and `draft_tokens`.
+            **options: `GenerationConfig` fields for this call, such as
+                `max_new_tokens`, `temperature`, `top_k`, `seed`,
+                `stop_strings` or `output_log_probs`. `stop_token_ids=None`
+                never stops early (as in keras-hub).
 
         Examples:
         >>> lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=4)  # doctest: +SKIP
         [[1, 2, 3, 9, 9, 9, 9], [4, 5, 7, 7, 7, 7]]
+        >>> lm.generate("The sky", do_sample=True, top_p=0.9, seed=0)  # doctest: +SKIP
         """
-        request, sampler = self._prepare(
-            inputs, max_length, max_new_tokens, stop_token_ids, seed,
-            (output_scores, output_logits, output_log_probs, output_hidden_states),
-            processors, stop_sequences, stop_strings, include_stop_string,
-            (draft_model, num_speculative_tokens, prompt_lookup_ngram),
+        request, sampler, config = self._prepare(
+            inputs, generation_config, options, sampler, processors, draft_model
         )
-        if streamer is not None or max_time is not None:
+        if streamer is not None or config.max_time is not None:
             chunks = self._stream(
-                request, streamer, max_time, stream_chunk_size, sampler
+                request, streamer, config.max_time, stream_chunk_size, sampler
             )
             record = GenerationOutput.join(chunks)
         else:
-            # Called without arguments for the compiled chain, so that a
-            # subclass's `make_generate_function()` override is used.
-            if sampler is not self.sampler:
-                generate_function = self.make_generate_function(
-                    request.processors, sampler
-                )
-            elif processors is None:
-                generate_function = self.make_generate_function()
-            else:
-                generate_function = self.make_generate_function(request.processors)
+            generate_function = self.make_generate_function(
+                processors=request.processors, sampler=sampler
+            )
             with backend.no_grad():
                 outputs = generate_function(
                     request.program_inputs, **request.static_arguments
@@ -496,24 +537,13 @@ class CausalLM(keras.Model):
     def stream(
         self,
         inputs,
-        max_length=None,
+        generation_config=None,
         *,
-        max_new_tokens=None,
-        stop_token_ids="auto",
-        seed=None,
-        output_scores=False,
-        output_logits=False,
-        output_log_probs=False,
-        output_hidden_states=False,
+        sampler=None,
         processors=None,
-        stop_sequences=None,
-        stop_strings=None,
-        include_stop_string=False,
-        max_time=None,
-        stream_chunk_size=None,
         draft_model=None,
-        num_speculative_tokens=None,
-        prompt_lookup_ngram=None,
+        stream_chunk_size=None,
+        **options,
     ):
         """Generate step by step: an iterator of `GenerationOutput` chunks.
 
@@ -527,41 +557,64 @@ class CausalLM(keras.Model):
         >>> for chunk in lm.stream([1, 2, 3], max_new_tokens=8):  # doctest: +SKIP
         ...     print(chunk.token_ids[0])
         """
-        request, sampler = self._prepare(
-            inputs, max_length, max_new_tokens, stop_token_ids, seed,
-            (output_scores, output_logits, output_log_probs, output_hidden_states),
-            processors, stop_sequences, stop_strings, include_stop_string,
-            (draft_model, num_speculative_tokens, prompt_lookup_ngram),
+        request, sampler, config = self._prepare(
+            inputs, generation_config, options, sampler, processors, draft_model
         )
-        return self._stream(request, None, max_time, stream_chunk_size, sampler)
+        return self._stream(
+            request, None, config.max_time, stream_chunk_size, sampler
+        )
 
-    def _prepare(
-        self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
-        output_flags, processors, stop_sequences, stop_strings,
-        include_stop_string, assistance,
-    ):
-        """The host-side request and the sampler of one generate/stream call."""
-        request = GenerationRequest(
-            self, inputs, max_length, max_new_tokens, stop_token_ids, seed,
-            outputs=_requested_outputs(*output_flags),
-            processors=processors,
-            stop_sequences=stop_sequences,
-            stop_strings=stop_strings,
-            include_stop_string=include_stop_string,
+    def _prepare(self, inputs, generation_config, options, sampler, processors, draft):
+        """The host-side request, sampler and options of one call."""
+        config, sampler, processors, seed = self._resolve(
+            generation_config, options, sampler, processors, draft
         )
-        return request, self._assisted_sampler(self.sampler, *assistance)
+        request = GenerationRequest(self, inputs, config, sampler, processors, seed)
+        return request, sampler, config
+
+    def _resolve(self, generation_config, options, sampler=None, processors=None,
+                 draft_model=None):
+        """`(config, sampler, processors, seed)` of a call: see `generate`."""
+        call = _call_options(generation_config, options)
+        compiled = self.sampler if sampler is None else samplers.get(sampler)
+        speculation = self.speculation
+        if isinstance(compiled, SpeculativeSampler):
+            speculation = compiled.speculation
+            compiled = compiled.sampler
+        if processors is None:
+            processors = self.processors
+        else:
+            processors = processors_lib.get_list(processors)
+        config, resolved, processors = options_lib.resolve(
+            self.generation_config, call, compiled, processors
+        )
+        seed = call.seed
+        if seed is None:
+            seed = getattr(compiled, "seed", None)
+        if seed is None:
+            seed = config.seed
+        speculation = speculation.override(
+            _speculation(
+                draft_model, call.num_speculative_tokens, call.prompt_lookup_ngram
+            ),
+            self.generation_config,
+        )
+        if speculation.enabled:
+            resolved = self._speculative_sampler(resolved, speculation)
+        for processor in processors:
+            processor.check_vocabulary(self.backbone.vocabulary_size)
+        return config, resolved, processors, seed
 
     def _stream(self, request, streamer, max_time, chunk_size, sampler=None):
         # Arguments are checked here, at the call, not at the first chunk.
         if chunk_size is None:
             chunk_size = self.stream_chunk_size
         chunk_size = check_count("stream_chunk_size", chunk_size)
-        if max_time is not None:
-            max_time = check_positive("max_time", max_time)
-        if request.rows_per_prompt != 1:
+        if sampler.num_return_sequences != 1:
             raise ValueError(
-                "A stream returns one sequence per prompt: set the sampler's "
-                f"`num_return_sequences` to 1 (it is {request.rows_per_prompt})."
+                "A beam search stream returns one sequence per prompt: set "
+                "`num_return_sequences` to 1 (it is "
+                f"{sampler.num_return_sequences})."
             )
         return self._chunks(request, streamer, max_time, chunk_size, sampler)
 
@@ -605,7 +658,8 @@ class CausalLM(keras.Model):
 
         The folder holds `config.json`, `*.safetensors` weights (one file or
         shards with an index) and, optionally, `tokenizer.json`,
-        `tokenizer_config.json` and `generation_config.json`. Supported:
+        `tokenizer_config.json` and `generation_config.json`, which becomes
+        `lm.generation_config` (the defaults of `generate`). Supported:
         GPT-2, Llama, Mistral and Qwen2. Nothing is downloaded, and pickle
         (`.bin`) weights are refused. Without a tokenizer file the model
         still loads and takes token ids.
@@ -649,7 +703,8 @@ class CausalLM(keras.Model):
         return cls.from_pretrained(preset, dtype=dtype)
 
     def save_pretrained(self, path):
-        """Write the model (and tokenizer) as a Hugging Face folder.
+        """Write the model, tokenizer and `generation_config` as a Hugging
+        Face folder.
 
         `transformers.AutoModelForCausalLM.from_pretrained(path)` loads it.
         """
@@ -661,6 +716,7 @@ class CausalLM(keras.Model):
         return {
             **super().get_config(),
             "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "generation_config": self.generation_config.to_dict(),
         }
 
     @classmethod

@@ -20,6 +20,8 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from keras_gen.generation_config import GENERATION_CONFIG_FILE
+from keras_gen.generation_config import GenerationConfig
 from keras_gen.models.gpt2 import gpt2_checkpoint
 from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
 from keras_gen.models.llama import llama_checkpoint
@@ -27,13 +29,16 @@ from keras_gen.models.llama.llama_backbone import LlamaBackbone
 from keras_gen.tokenizers.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
-GENERATION_CONFIG_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 # Weight formats that unpickle (run code) or that keras-gen cannot read.
 OTHER_WEIGHT_PATTERNS = (
     "*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack"
 )
+
+# Buffers that older checkpoints carry and no model reads: attention masks
+# (GPT-2) and rotary frequencies (Llama).
+BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
 # `config.json`'s `architectures` entry -> the converter for it.
 ARCHITECTURES = {
@@ -161,6 +166,8 @@ class WeightReader:
         self.path = os.fspath(path)
         self.handles = {}
         self.names = {}
+        # Names read so far: the rest are unused.
+        self.read = set()
         for file_name in _weight_files(self.path):
             file_path = os.path.join(self.path, file_name)
             if not os.path.isfile(file_path):
@@ -171,6 +178,13 @@ class WeightReader:
             handle = self._open(file_path)
             self.handles[file_path] = handle
             for name in handle.keys():
+                if name in self.names:
+                    raise ValueError(
+                        f"Weight {name!r} is in both {self.names[name]} and "
+                        f"{file_path}: a folder's safetensors files must not "
+                        f"overlap (without {WEIGHTS_INDEX_FILE}, every "
+                        "*.safetensors file in it is read)."
+                    )
                 self.names[name] = file_path
 
     def _open(self, file_path):
@@ -192,6 +206,7 @@ class WeightReader:
         return name in self.names
 
     def get(self, name):
+        self.read.add(name)
         if name not in self.names:
             raise ValueError(
                 f"The checkpoint in {self.path!r} has no weight {name!r}."
@@ -266,7 +281,53 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
     backbone = converter.backbone_from_config(config, name, dtype=dtype)
     with WeightReader(path) as reader:
         converter.load_weights(backbone, reader)
-    return converter.CAUSAL_LM_CLASS(backbone, tokenizer=load_tokenizer(path))
+        _warn_unused(reader, path)
+    tokenizer = load_tokenizer(path)
+    vocabulary_size = backbone.vocabulary_size
+    if tokenizer is not None:
+        tokenizer.eos_token_ids = _in_vocabulary(
+            tokenizer.eos_token_ids, vocabulary_size, "The tokenizer's end token"
+        )
+    generation_config = GenerationConfig.from_pretrained(path)
+    if generation_config.eos_token_id is not None:
+        generation_config = generation_config.replace(
+            eos_token_id=_in_vocabulary(
+                generation_config.eos_token_id,
+                vocabulary_size,
+                f"{GENERATION_CONFIG_FILE}'s `eos_token_id`",
+            )
+            or None
+        )
+    return converter.CAUSAL_LM_CLASS(
+        backbone, tokenizer=tokenizer, generation_config=generation_config
+    )
+
+
+def _in_vocabulary(token_ids, vocabulary_size, what):
+    """The ids inside the vocabulary; a warning names those left out."""
+    outside = [t for t in token_ids if not 0 <= t < vocabulary_size]
+    if outside:
+        warnings.warn(
+            f"{what} {outside} is outside the model's vocabulary of "
+            f"{vocabulary_size} tokens, so generation does not stop on it.",
+            stacklevel=4,
+        )
+    return [t for t in token_ids if 0 <= t < vocabulary_size]
+
+
+def _warn_unused(reader, path):
+    unused = sorted(
+        name
+        for name in set(reader.names) - reader.read
+        if not name.endswith(BUFFER_SUFFIXES)
+    )
+    if unused:
+        warnings.warn(
+            f"{len(unused)} tensors in {path!r} are not used by the model its "
+            f"{CONFIG_FILE} describes (fewer layers than the weights?): "
+            f"{unused[:5]}{' ...' if len(unused) > 5 else ''}",
+            stacklevel=4,
+        )
 
 
 def _converter_for(backbone):
@@ -304,7 +365,7 @@ def save_causal_lm(causal_lm, path):
     backbone = causal_lm.backbone
     converter = _converter_for(backbone)
     config = converter.config_from_backbone(backbone)
-    generation_config = {}
+    special_ids = {}
     tokenizer = causal_lm.tokenizer
     if tokenizer is not None:
         for key, value in (
@@ -314,7 +375,7 @@ def save_causal_lm(causal_lm, path):
         ):
             if isinstance(value, list) and len(value) == 1:
                 value = value[0]
-            config[key] = generation_config[key] = value
+            config[key] = special_ids[key] = value
     config["dtype"] = keras.backend.standardize_dtype(backbone.variable_dtype)
     weights = {}
     for name, variable, transpose in converter.weight_map(backbone):
@@ -324,8 +385,7 @@ def save_causal_lm(causal_lm, path):
     _remove_old_shards(path)
     with open(os.path.join(path, CONFIG_FILE), "w") as f:
         json.dump(config, f, indent=2)
-    with open(os.path.join(path, GENERATION_CONFIG_FILE), "w") as f:
-        json.dump(generation_config, f, indent=2)
+    causal_lm.generation_config.save_pretrained(path, extra=special_ids)
     safetensors.numpy.save_file(
         weights, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"}
     )

@@ -5,10 +5,8 @@ import secrets
 import numpy as np
 from keras import ops
 
-from keras_gen import processors as processors_lib
 from keras_gen.models import prompts as prompts_lib
 from keras_gen.models.stop_conditions import StopConditions
-from keras_gen.streaming.generation_output import STEP_OUTPUTS
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.streaming.incremental_detokenizer import IncrementalDetokenizer
 
@@ -20,15 +18,11 @@ MIN_PREFILL_LENGTH = 16
 
 
 def _check_stop_token_ids(stop_token_ids, vocabulary_size):
-    if stop_token_ids is None:
-        return []
-    if isinstance(stop_token_ids, (int, np.integer)):
-        stop_token_ids = [stop_token_ids]
     stop_token_ids = list(stop_token_ids)
     for token in stop_token_ids:
-        if not isinstance(token, (int, np.integer)) or not 0 <= token < vocabulary_size:
+        if not 0 <= token < vocabulary_size:
             raise ValueError(
-                "`stop_token_ids` must be None, 'auto' or token ids in "
+                "`stop_token_ids` must be token ids in "
                 f"[0, {vocabulary_size}). Received: {stop_token_ids}"
             )
     if len(stop_token_ids) > STOP_TOKEN_SLOTS:
@@ -37,6 +31,16 @@ def _check_stop_token_ids(stop_token_ids, vocabulary_size):
             f"Received {len(stop_token_ids)}."
         )
     return [int(t) for t in stop_token_ids]
+
+
+def _stop_token_ids(config, tokenizer):
+    """What ends a row: `stop_token_ids` if set, else the end tokens of the
+    options (`eos_token_id`) or of the tokenizer."""
+    if config.stop_token_ids is not None:
+        return config.stop_token_ids
+    if config.eos_token_id is not None:
+        return config.eos_token_id
+    return getattr(tokenizer, "eos_token_ids", None) or []
 
 
 def _seed(seed):
@@ -57,59 +61,36 @@ class GenerationRequest:
     at their length limit ("length").
     """
 
-    def __init__(
-        self,
-        lm,
-        inputs,
-        max_length=None,
-        max_new_tokens=None,
-        stop_token_ids="auto",
-        seed=None,
-        outputs=(),
-        processors=None,
-        stop_sequences=None,
-        stop_strings=None,
-        include_stop_string=False,
-    ):
+    def __init__(self, lm, inputs, config, sampler, processors, seed=None):
         self.tokenizer = lm.tokenizer
         backbone = lm.backbone
-        prompts, self.form, self.width = prompts_lib.read_prompts(
-            inputs, self.tokenizer
-        )
-        prompts_lib.check_prompts(prompts, backbone.vocabulary_size)
-        self.prompts = prompts
-        limit = backbone.max_sequence_length
-        self.ends = prompts_lib.row_ends(
-            prompts, max_length, max_new_tokens, self.width, limit
-        )
-        if isinstance(stop_token_ids, str) and stop_token_ids == "auto":
-            stop_token_ids = getattr(self.tokenizer, "eos_token_ids", None)
-        self.stop_token_ids = _check_stop_token_ids(
-            stop_token_ids, backbone.vocabulary_size
-        )
-        self.outputs = tuple(name for name in STEP_OUTPUTS if name in outputs)
-        sampler = lm.sampler
+        self.outputs = config.outputs
         if self.outputs and not sampler.supports_step_outputs:
             raise ValueError(
                 f"{type(sampler).__name__} reorders its rows every step, so it "
                 f"has no per-step outputs: drop {list(self.outputs)} (beam "
                 "search returns `sequence_scores`)."
             )
-        # Output rows: `n` per prompt (beam search's num_return_sequences).
-        n = self.rows_per_prompt = sampler.num_return_sequences
+        prompts = self._read_prompts(inputs, config, sampler, backbone.vocabulary_size)
+        limit = backbone.max_sequence_length
+        self.ends = prompts_lib.row_ends(
+            prompts, config.max_length, config.max_new_tokens, self.width, limit
+        )
+        self.stop_token_ids = _check_stop_token_ids(
+            _stop_token_ids(config, self.tokenizer), backbone.vocabulary_size
+        )
+        # A sampler that returns `n` sequences per prompt (beam search).
+        n = sampler.num_return_sequences
         self.row_prompts = [prompt for prompt in prompts for _ in range(n)]
         self.row_ends = [end for end in self.ends for _ in range(n)]
-        self.processors = (
-            lm.processors
-            if processors is None
-            else processors_lib.get_list(processors)
-        )
-        for processor in self.processors:
-            processor.check_vocabulary(backbone.vocabulary_size)
+        self.processors = tuple(processors)
         self.stop_conditions = StopConditions(
-            stop_sequences, stop_strings, self.tokenizer, backbone.vocabulary_size
+            config.stop_sequences,
+            config.stop_strings,
+            self.tokenizer,
+            backbone.vocabulary_size,
         )
-        self.include_stop_string = include_stop_string
+        self.include_stop_string = bool(config.include_stop_string)
         self.cache_length = prompts_lib.bucket(max(self.ends), MIN_CACHE_LENGTH, limit)
         self.prefill_length = min(
             self.cache_length,
@@ -124,9 +105,7 @@ class GenerationRequest:
             "padding_mask": ops.convert_to_tensor(mask, "bool"),
             "end": ops.convert_to_tensor(np.asarray(self.ends, "int32")),
             "stop_token_ids": ops.convert_to_tensor(stop_slots, "int32"),
-            "seed": ops.convert_to_tensor(
-                _seed(sampler.seed if seed is None else seed), "int32"
-            ),
+            "seed": ops.convert_to_tensor(_seed(seed), "int32"),
             "sampler": sampler.get_parameter_tensors(),
             "processors": [p.get_parameter_tensors() for p in self.processors],
             **self.stop_conditions.program_inputs(),
@@ -144,6 +123,26 @@ class GenerationRequest:
             for prompt in rows
         ]
         self.shown_text = [""] * len(rows)
+
+    def _read_prompts(self, inputs, config, sampler, vocabulary_size):
+        """The program's prompts; sets the input's form and width, and the
+        output rows per prompt."""
+        prompts, self.form, self.width = prompts_lib.read_prompts(
+            inputs, self.tokenizer
+        )
+        prompts_lib.check_prompts(prompts, vocabulary_size)
+        n = config.num_return_sequences or 1
+        if sampler.num_return_sequences != 1 or n == 1:
+            self.rows_per_prompt = sampler.num_return_sequences
+            return prompts
+        # `n` samples per prompt: each prompt runs `n` times.
+        if sampler.deterministic:
+            raise ValueError(
+                f"`num_return_sequences={n}` needs sampling or beam search: "
+                f"{type(sampler).__name__} would return {n} equal sequences."
+            )
+        self.rows_per_prompt = n
+        return [prompt for prompt in prompts for _ in range(n)]
 
     def _advance_rows(self, token_ids, limits):
         """Per row, the `[start, stop)` positions that became final."""

@@ -4,23 +4,10 @@ from keras import ops
 
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.processors.logits_processor import check_token_ids
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.processors.logits_processor import pad_sequences
-from keras_gen.samplers.stopping import suffix_match
-
-
-def check_sequences(name, sequences):
-    if (
-        not isinstance(sequences, (list, tuple))
-        or not sequences
-        or not all(isinstance(s, (list, tuple)) for s in sequences)
-    ):
-        raise ValueError(
-            f"`{name}` must be a non-empty list of token id lists. "
-            f"Received: {sequences!r}"
-        )
-    return [check_token_ids(name, sequence) for sequence in sequences]
+from keras_gen.sampling.stopping import suffix_match
+from keras_gen.utils.checks import check_token_sequences
 
 
 def sequence_bias(logits, prompt, index, sequences, lengths, biases):
@@ -66,7 +53,7 @@ class BadWords(LogitsProcessor):
     tunable_config = ("token_id_sequences",)
 
     def __init__(self, token_id_sequences):
-        self.token_id_sequences = check_sequences(
+        self.token_id_sequences = check_token_sequences(
             "token_id_sequences", token_id_sequences
         )
         self.sequences, self.lengths = pad_sequences(self.token_id_sequences)

@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.processors.logits_processor import history
-from keras_gen.processors.presence_penalty import check_finite
+from keras_gen.utils.checks import check_number
 
 
 class FrequencyPenalty(LogitsProcessor):
@@ -15,8 +15,8 @@ class FrequencyPenalty(LogitsProcessor):
     `3 * value`; prompt tokens are not counted.
 
     Args:
-        value: finite float; positive discourages repetition, negative
-            encourages it. OpenAI allows [-2, 2].
+        value: float in [-2, 2], as OpenAI and vLLM allow; positive
+            discourages repetition, negative encourages it.
 
     Call arguments:
         See `LogitsProcessor`.
@@ -35,7 +35,7 @@ class FrequencyPenalty(LogitsProcessor):
         self.get_parameters()
 
     def get_parameters(self):
-        return {"value": check_finite("value", self.value)}
+        return {"value": check_number("value", self.value, -2, 2)}
 
     def __call__(self, logits, prompt, index, mask):
         weights = history(prompt, index, mask, generated_only=True)

@@ -3,9 +3,23 @@
 import numpy as np
 
 from keras_gen.processors.bad_words import sequence_bias
+from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.processors.logits_processor import check_token_ids
 from keras_gen.processors.logits_processor import pad_sequences
+from keras_gen.utils.checks import check_number
+from keras_gen.utils.checks import check_token_ids
+
+# The largest finite bias (see `LogitBias`).
+MAX_BIAS = 1e9
+
+
+def _read_key(text):
+    """`"50256"` -> 50256 and `"1,2"` -> (1, 2): keys as JSON writes them."""
+    parts = text.split(",")
+    if not all(part.strip().isdigit() for part in parts):
+        raise ValueError(f"`bias` keys must be token ids. Received: {text!r}")
+    ids = tuple(int(part) for part in parts)
+    return ids[0] if len(ids) == 1 else ids
 
 
 class LogitBias(LogitsProcessor):
@@ -17,8 +31,13 @@ class LogitBias(LogitsProcessor):
     padded tensors: new values of similar size do not recompile.
 
     Args:
-        bias: dict from a token id (or a tuple of ids) to a float bias;
-            `-inf` bans, a large positive value forces.
+        bias: dict from a token id (or a tuple of ids) to a bias: a finite
+            float in [-1e9, 1e9] (real logits are within a few hundred, so
+            this is enough to force or ban a token, and stays finite through
+            any temperature and penalty), or `-inf`, which bans. `+inf` is
+            refused: forced tokens need no infinity, and one would turn
+            log-probabilities into NaN. String keys as JSON writes them
+            (`"50256"`, `"1,2"`) are read as ids.
 
     Call arguments:
         See `LogitsProcessor`.
@@ -41,10 +60,17 @@ class LogitBias(LogitsProcessor):
             )
         self.bias = {}
         for key, value in bias.items():
+            if isinstance(key, str):
+                key = _read_key(key)
             key = tuple(check_token_ids("bias", key))
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"Biases must be numbers. Received: {value!r}")
-            self.bias[key[0] if len(key) == 1 else key] = float(value)
+            value = check_number(
+                f"bias[{key[0] if len(key) == 1 else key}]",
+                value,
+                -MAX_BIAS,
+                MAX_BIAS,
+                allow_inf=(NEG_INF,),
+            )
+            self.bias[key[0] if len(key) == 1 else key] = value
         keys = [k if isinstance(k, tuple) else (k,) for k in self.bias]
         self.sequences, self.lengths = pad_sequences(keys)
         self.biases = np.zeros(len(self.lengths), "float32")

@@ -9,24 +9,6 @@ from keras_gen.utils.tunable import Tunable
 NEG_INF = float("-inf")
 
 
-def check_token_ids(name, token_ids, allow_empty=False):
-    """A list of ints >= 0, or a clear error."""
-    if isinstance(token_ids, (int, np.integer)):
-        token_ids = [token_ids]
-    if not isinstance(token_ids, (list, tuple, np.ndarray)):
-        raise TypeError(f"`{name}` must be a list of token ids. Received: {token_ids!r}")
-    bad = [
-        t for t in token_ids
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0
-    ]
-    if bad or (not allow_empty and len(token_ids) == 0):
-        raise ValueError(
-            f"`{name}` must be a non-empty list of token ids (ints >= 0). "
-            f"Received: {token_ids!r}"
-        )
-    return [int(t) for t in token_ids]
-
-
 def pad_ids(token_ids, minimum=8):
     """`token_ids` padded with -1 to a power of two: a fixed-shape tensor."""
     size = max(minimum, 1 << max(len(token_ids) - 1, 0).bit_length())
@@ -104,10 +86,6 @@ class LogitsProcessor(Tunable):
     ...         return ops.where(banned[None, :], float("-inf"), logits)
     """
 
-    # Config entries that reach the program through `get_parameters()`
-    # under other names: they are not program structure.
-    tunable_config = ()
-
     def __call__(self, logits, prompt, index, mask):
         raise NotImplementedError
 
@@ -130,17 +108,6 @@ class LogitsProcessor(Tunable):
                 f"{type(self).__name__} refers to token ids outside the "
                 f"vocabulary [0, {vocabulary_size}): {sorted(set(bad))[:5]}"
             )
-
-    def get_structure(self):
-        """What selects the compiled program: config minus tunables, shapes."""
-        parameters = self.get_parameters()
-        tunable = set(parameters) | set(self.tunable_config)
-        config = {k: v for k, v in self.get_config().items() if k not in tunable}
-        shapes = {k: np.shape(v) for k, v in parameters.items()}
-        return (type(self), repr(sorted(config.items())), repr(sorted(shapes.items())))
-
-    def get_config(self):
-        return {}
 
     @classmethod
     def from_config(cls, config):

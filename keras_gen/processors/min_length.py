@@ -4,10 +4,10 @@ from keras import ops
 
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.processors.logits_processor import check_token_ids
 from keras_gen.processors.logits_processor import pad_ids
 from keras_gen.processors.logits_processor import vocabulary_mask
-from keras_gen.samplers.sampler import check_count
+from keras_gen.utils.checks import check_count
+from keras_gen.utils.checks import check_token_ids
 
 
 def _or_zero(value):

@@ -1,8 +1,8 @@
 """Min-p filter."""
 
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.samplers.min_p_sampler import min_p_filter
-from keras_gen.samplers.sampler import check_probability
+from keras_gen.sampling.filters import min_p_filter
+from keras_gen.utils.checks import check_probability
 
 
 class MinP(LogitsProcessor):

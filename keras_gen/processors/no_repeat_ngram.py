@@ -6,7 +6,7 @@ from keras_gen import backend
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
-from keras_gen.samplers.sampler import check_count
+from keras_gen.utils.checks import check_count
 
 # `n` is a tensor; the comparison loop is unrolled up to this size.
 MAX_NGRAM_SIZE = 16

@@ -5,14 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.processors.logits_processor import history
-
-
-def check_finite(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
-    if value != value or abs(value) == float("inf"):
-        raise ValueError(f"`{name}` must be finite. Received: {name}={value}")
-    return float(value)
+from keras_gen.utils.checks import check_number
 
 
 class PresencePenalty(LogitsProcessor):
@@ -22,8 +15,8 @@ class PresencePenalty(LogitsProcessor):
     once, however often it appeared; prompt tokens are not penalised.
 
     Args:
-        value: finite float; positive discourages repetition, negative
-            encourages it. OpenAI allows [-2, 2].
+        value: float in [-2, 2], as OpenAI and vLLM allow; positive
+            discourages repetition, negative encourages it.
 
     Call arguments:
         See `LogitsProcessor`.
@@ -42,7 +35,7 @@ class PresencePenalty(LogitsProcessor):
         self.get_parameters()
 
     def get_parameters(self):
-        return {"value": check_finite("value", self.value)}
+        return {"value": check_number("value", self.value, -2, 2)}
 
     def __call__(self, logits, prompt, index, mask):
         weights = history(prompt, index, mask, generated_only=True)

@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.processors.logits_processor import history
-from keras_gen.samplers.sampler import check_positive
+from keras_gen.utils.checks import check_number
 
 
 class RepetitionPenalty(LogitsProcessor):
@@ -16,8 +16,9 @@ class RepetitionPenalty(LogitsProcessor):
     `RepetitionPenaltyLogitsProcessor` (Keskar et al., 2019).
 
     Args:
-        penalty: float > 0. Above 1 discourages repetition, below 1
-            encourages it, 1 changes nothing.
+        penalty: float in [0.01, 100]. Above 1 discourages repetition,
+            below 1 encourages it, 1 changes nothing. (Outside that range
+            the divided logits overflow or stop meaning anything.)
 
     Call arguments:
         See `LogitsProcessor`.
@@ -37,7 +38,7 @@ class RepetitionPenalty(LogitsProcessor):
         self.get_parameters()
 
     def get_parameters(self):
-        return {"penalty": check_positive("penalty", self.penalty)}
+        return {"penalty": check_number("penalty", self.penalty, 0.01, 100)}
 
     def __call__(self, logits, prompt, index, mask):
         vocabulary_size = ops.shape(logits)[-1]

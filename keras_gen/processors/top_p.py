@@ -1,8 +1,8 @@
 """Top-p (nucleus) filter."""
 
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.samplers.sampler import check_probability
-from keras_gen.samplers.top_p_sampler import top_p_filter
+from keras_gen.utils.checks import check_probability
+from keras_gen.sampling.filters import top_p_filter
 
 
 class TopP(LogitsProcessor):

@@ -6,7 +6,8 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.samplers.sampler import check_count
+from keras_gen.utils.checks import check_count
+from keras_gen.utils.checks import check_number
 
 # The score of an empty hypothesis slot, of a beam that is not live yet and of
 # a continuation that may not be taken. Finite, so arithmetic never makes NaN.
@@ -58,6 +59,8 @@ class BeamSampler(Sampler):
     {'temperature': 1.0, 'length_penalty': 0.5, 'early_stopping': 0.0}
     """
 
+    deterministic = True
+
     def __init__(self, num_beams=5, length_penalty=1.0, early_stopping=False,
                  num_return_sequences=1, temperature=1.0, seed=None):
         self.num_beams = check_count("num_beams", num_beams)
@@ -74,11 +77,8 @@ class BeamSampler(Sampler):
         super().__init__(temperature=temperature, seed=seed)
 
     def get_parameters(self):
-        penalty, early_stopping = self.length_penalty, self.early_stopping
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
-            raise TypeError(
-                f"`length_penalty` must be a number. Received: {penalty!r}"
-            )
+        early_stopping = self.early_stopping
+        penalty = check_number("length_penalty", self.length_penalty, -100, 100)
         if not (isinstance(early_stopping, bool) or early_stopping == "never"):
             raise ValueError(
                 "`early_stopping` must be True, False or 'never'. "

@@ -5,15 +5,8 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.samplers.sampler import check_count
-
-
-def check_fraction(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
-    if not 0 <= value <= 1:
-        raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={value}")
-    return float(value)
+from keras_gen.utils.checks import check_count
+from keras_gen.utils.checks import check_fraction
 
 
 class ContrastiveSampler(Sampler):
@@ -43,6 +36,8 @@ class ContrastiveSampler(Sampler):
     >>> sampler.get_parameters()
     {'temperature': 1.0, 'alpha': 0.6}
     """
+
+    deterministic = True
 
     def __init__(self, k=5, alpha=0.6, temperature=1.0, seed=None):
         self.k = check_count("k", k)

@@ -18,5 +18,7 @@ class GreedySampler(Sampler):
     'GreedySampler'
     """
 
+    deterministic = True
+
     def get_next_token(self, logits, seed):
         return ops.argmax(logits, axis=-1)

@@ -1,20 +1,9 @@
 """Min-p sampling."""
 
-from keras import ops
-
+from keras_gen.sampling.filters import min_p_filter
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.samplers.sampler import check_probability
-
-
-def min_p_filter(logits, p):
-    """Keep tokens at least `p` times as likely as the most likely one.
-
-    `prob >= p * max_prob` is `logit >= max_logit + log(p)`: no softmax.
-    """
-    # `ops.amax`: keras' torch `ops.max` breaks a fullgraph compile.
-    threshold = ops.amax(logits, axis=-1, keepdims=True) + ops.log(p)
-    return ops.where(logits >= threshold, logits, float("-inf"))
+from keras_gen.utils.checks import check_probability
 
 
 class MinPSampler(Sampler):
@@ -22,7 +11,7 @@ class MinPSampler(Sampler):
 
     Args:
         p: float in (0, 1], the relative probability floor.
-        temperature: float > 0, logits are divided by it first.
+        temperature: finite float >= 1e-5, logits are divided by it first.
         seed: int or `None`, the default seed of `generate`.
 
     Examples:

@@ -5,37 +5,14 @@ import contextlib
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.samplers import stopping
+from keras_gen.sampling import stopping
+from keras_gen.utils.checks import check_number
 from keras_gen.utils.tunable import Tunable
 
 
-def check_positive(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
-    if not value > 0:
-        raise ValueError(f"`{name}` must be > 0. Received: {name}={value}")
-    return float(value)
-
-
-def check_probability(name, value):
-    check_positive(name, value)
-    if value > 1:
-        raise ValueError(
-            f"`{name}` must be in (0, 1]. Received: {name}={value}"
-        )
-    return float(value)
-
-
-def check_count(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` must be an int >= 1. Received: {name}={value!r}"
-        )
-    if value < 1:
-        raise ValueError(f"`{name}` must be >= 1. Received: {name}={value}")
-    return value
+# Below this temperature logits divided by it overflow float32: samplers
+# refuse it, and `GenerationConfig` decodes greedily instead (as vLLM).
+MIN_TEMPERATURE = 1e-5
 
 
 class Sampler(Tunable):
@@ -52,7 +29,9 @@ class Sampler(Tunable):
     changing them between calls never recompiles it.
 
     Args:
-        temperature: float > 0. Logits are divided by it before sampling.
+        temperature: finite float >= 1e-5 (lower ones overflow the logits;
+            decode greedily instead). Logits are divided by it before
+            sampling.
         seed: int or `None`. The default seed of `CausalLM.generate`.
 
     Call arguments:
@@ -81,10 +60,14 @@ class Sampler(Tunable):
     # Logits processors applied by `process_logits`; `use_processors` sets
     # them for one call.
     processors = ()
+    # The default seed reaches the program as an input: not structure.
+    tunable_config = ("seed",)
     # Whether `record` can fill per-step outputs (scores, logits, ...).
     supports_step_outputs = True
     # Sequences returned per prompt.
     num_return_sequences = 1
+    # Whether the same prompt always gives the same tokens (no draws).
+    deterministic = False
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature
@@ -105,7 +88,7 @@ class Sampler(Tunable):
 
     def get_parameters(self):
         """The tunable numbers, checked, as a dict of Python numbers."""
-        return {"temperature": check_positive("temperature", self.temperature)}
+        return {"temperature": check_temperature(self.temperature)}
 
     def get_next_token(self, logits, seed):
         """Pick `(batch,)` token ids from `(batch, vocab)` float32 logits.
@@ -327,3 +310,14 @@ class Sampler(Tunable):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def check_temperature(value):
+    try:
+        return check_number("temperature", value, low=MIN_TEMPERATURE)
+    except ValueError:
+        raise ValueError(
+            f"`temperature` must be a finite number >= {MIN_TEMPERATURE}: lower "
+            "ones overflow the logits (use GreedySampler, or temperature=0 in "
+            f"`generate`, to decode greedily). Received: temperature={value}"
+        ) from None

@@ -1,15 +1,16 @@
 """Speculative decoding: a draft proposes tokens, the target verifies them."""
 
+import collections
 import contextlib
 
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.samplers import stopping
+from keras_gen.sampling import stopping
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.samplers.sampler import check_count
+from keras_gen.utils.checks import check_count
 
 
 def take_rows(x, positions):
@@ -49,6 +50,53 @@ def prompt_lookup(token_ids, lengths, ngram, num_tokens):
     offsets = ops.arange(num_tokens, dtype="int32")[None, :]
     positions = follow[:, None] + offsets % period[:, None]
     return take_rows(token_ids, positions)
+
+
+class Speculation(
+    collections.namedtuple(
+        "Speculation", ("draft", "num_speculative_tokens", "prompt_lookup_ngram")
+    )
+):
+    """How a model speculates: a draft `Backbone` or a prompt-lookup n-gram
+    (or neither), and the tokens proposed per step."""
+
+    @property
+    def enabled(self):
+        return self.draft is not None or self.prompt_lookup_ngram is not None
+
+    def override(self, call, config):
+        """This (`compile`'s) speculation as a call's changes it, falling
+        back on a `GenerationConfig`'s options."""
+        if call.enabled:
+            draft, ngram = call.draft, call.prompt_lookup_ngram
+        elif self.enabled:
+            draft, ngram = self.draft, self.prompt_lookup_ngram
+        else:
+            draft, ngram = None, config.prompt_lookup_ngram
+        count = (
+            call.num_speculative_tokens
+            or self.num_speculative_tokens
+            or config.num_speculative_tokens
+        )
+        if call.num_speculative_tokens is not None and draft is None and ngram is None:
+            raise ValueError(
+                "`num_speculative_tokens` needs `draft_model` or `prompt_lookup_ngram`."
+            )
+        return Speculation(draft, count, ngram)
+
+    def check(self, target):
+        """Raise if this speculation cannot run for the `target` backbone."""
+        if self.draft is not None and self.prompt_lookup_ngram is not None:
+            raise ValueError(
+                "Give exactly one of `draft_model` and `prompt_lookup_ngram`."
+            )
+        draft = self.draft
+        if draft is not None and draft.vocabulary_size != target.vocabulary_size:
+            raise ValueError(
+                "The draft model's vocabulary must be the target's. Received "
+                f"a draft vocabulary of {draft.vocabulary_size} tokens for a "
+                f"target of {target.vocabulary_size}."
+            )
 
 
 class SpeculativeSampler(Sampler):
@@ -110,16 +158,11 @@ class SpeculativeSampler(Sampler):
                 "token per row from logits (greedy, random, top_k, top_p, "
                 f"min_p). {type(sampler).__name__} has its own loop step."
             )
-        if (draft is None) == (prompt_lookup_ngram is None):
+        if draft is None and prompt_lookup_ngram is None:
             raise ValueError(
                 "Give exactly one of `draft_model` and `prompt_lookup_ngram`."
             )
-        if draft is not None and draft.vocabulary_size != target.vocabulary_size:
-            raise ValueError(
-                "The draft model's vocabulary must be the target's. Received "
-                f"a draft vocabulary of {draft.vocabulary_size} tokens for a "
-                f"target of {target.vocabulary_size}."
-            )
+        Speculation(draft, num_speculative_tokens, prompt_lookup_ngram).check(target)
         self.sampler = sampler
         self.target = target
         self.draft = draft
@@ -135,10 +178,29 @@ class SpeculativeSampler(Sampler):
         # past it (and never keeps them).
         self.lookahead = self.num_speculative_tokens + 1
 
+    @property
+    def speculation(self):
+        return Speculation(
+            self.draft, self.num_speculative_tokens, self.prompt_lookup_ngram
+        )
+
+    def get_structure(self):
+        # The draft's weights are variables of the program: the draft
+        # itself (not a copy with equal settings) is part of its structure.
+        return (
+            type(self),
+            self.sampler.get_structure(),
+            self.speculation,
+        )
+
     # The wrapped sampler owns the tunable numbers and the default seed.
     @property
     def seed(self):
         return self.sampler.seed
+
+    @property
+    def deterministic(self):
+        return self.sampler.deterministic
 
     @property
     def temperature(self):

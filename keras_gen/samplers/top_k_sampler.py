@@ -1,25 +1,9 @@
 """Top-k sampling."""
 
-from keras import ops
-
+from keras_gen.sampling.filters import top_k_filter
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.samplers.sampler import check_count
-
-
-def top_k_filter(logits, k):
-    """Set all but the `k` largest logits of each row to `-inf`.
-
-    `k` may be a tensor: the threshold is read from the sorted logits at a
-    data-dependent position, so the program does not depend on `k`'s value.
-    Ties with the k-th logit are kept.
-    """
-    vocabulary_size = ops.shape(logits)[-1]
-    k = ops.clip(ops.cast(k, "int32"), 1, vocabulary_size)
-    ascending = ops.sort(logits, axis=-1)
-    position = ops.full((ops.shape(logits)[0], 1), vocabulary_size - k, "int32")
-    threshold = ops.take_along_axis(ascending, position, axis=-1)
-    return ops.where(logits >= threshold, logits, float("-inf"))
+from keras_gen.utils.checks import check_count
 
 
 class TopKSampler(Sampler):
@@ -27,7 +11,7 @@ class TopKSampler(Sampler):
 
     Args:
         k: int >= 1, how many tokens to keep. `k=1` is greedy.
-        temperature: float > 0, logits are divided by it first.
+        temperature: finite float >= 1e-5, logits are divided by it first.
         seed: int or `None`, the default seed of `generate`.
 
     Examples:

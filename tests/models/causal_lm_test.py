@@ -166,8 +166,8 @@ def test_override_make_generate_function_is_used(gpt2_backbone):
     calls = []
 
     class CountingLM(GPT2CausalLM):
-        def make_generate_function(self):
-            function = super().make_generate_function()
+        def make_generate_function(self, **kwargs):
+            function = super().make_generate_function(**kwargs)
 
             def wrapped(*args, **kwargs):
                 calls.append(1)

@@ -61,7 +61,7 @@ def test_stop_string_matches_every_split(split):
     import numpy as np
     from keras import ops
 
-    from keras_gen.samplers import stopping
+    from keras_gen.sampling import stopping
 
     tables = {k: ops.convert_to_tensor(v) for k, v in stopping.string_tables(pieces, ["abc"]).items()}
     token_ids = ops.convert_to_tensor(np.asarray([row], "int32"))

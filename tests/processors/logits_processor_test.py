@@ -78,9 +78,9 @@ def test_new_chain_compiles_once_and_is_cached(gpt2_lm, traces):
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=[processors.RepetitionPenalty(2.0)])
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=b)
     assert traces() == after_b
-    assert len(gpt2_lm.generate_functions) == 2
+    assert len(gpt2_lm._programs) == 2
     gpt2_lm.compile()
-    assert gpt2_lm.generate_functions == {}
+    assert not gpt2_lm._programs
 
 
 def test_processors_run_before_temperature():

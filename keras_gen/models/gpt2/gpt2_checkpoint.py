@@ -8,6 +8,7 @@ name, Keras variable, whether the checkpoint stores it transposed) and
 
 from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
 from keras_gen.models.gpt2.gpt2_causal_lm import GPT2CausalLM
+from keras_gen.utils.checks import check_int
 
 CAUSAL_LM_CLASS = GPT2CausalLM
 # GPT-2 in transformers is `transformer.*` plus a tied `lm_head`; the
@@ -38,16 +39,27 @@ def _check(config):
             )
 
 
+def size(config, key, default=None, optional=False):
+    """A positive int entry of `config.json` (`default` when absent or
+    null; `None` then if `optional`), or a clear error."""
+    value = config.get(key)
+    if value is None:
+        value = default
+    if value is None and optional:
+        return None
+    return check_int(f"config.json's {key}", value, low=1)
+
+
 def backbone_from_config(config, architecture, dtype=None):
     _check(config)
-    hidden_dim = config.get("n_embd", 768)
+    hidden_dim = size(config, "n_embd", 768)
     return GPT2Backbone(
-        vocabulary_size=config["vocab_size"],
-        num_layers=config.get("n_layer", 12),
-        num_heads=config.get("n_head", 12),
+        vocabulary_size=size(config, "vocab_size"),
+        num_layers=size(config, "n_layer", 12),
+        num_heads=size(config, "n_head", 12),
         hidden_dim=hidden_dim,
-        intermediate_dim=config.get("n_inner") or 4 * hidden_dim,
-        max_sequence_length=config.get("n_positions", 1024),
+        intermediate_dim=size(config, "n_inner", 4 * hidden_dim),
+        max_sequence_length=size(config, "n_positions", 1024),
         layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
         dtype=dtype,
     )

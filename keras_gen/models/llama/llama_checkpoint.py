@@ -8,6 +8,7 @@ converter interface is the one `gpt2_checkpoint` describes.
 
 from keras_gen.layers.rotary_embedding import SCALINGS
 from keras_gen.models.llama.llama_backbone import LlamaBackbone
+from keras_gen.models.gpt2.gpt2_checkpoint import size
 from keras_gen.models.llama.llama_causal_lm import LlamaCausalLM
 
 CAUSAL_LM_CLASS = LlamaCausalLM
@@ -91,20 +92,20 @@ def backbone_from_config(config, architecture, dtype=None):
             "keras-gen's LlamaBackbone supports 'silu' (SwiGLU) only."
         )
     theta, scaling = _rope(config)
-    num_heads = config["num_attention_heads"]
+    num_heads = size(config, "num_attention_heads")
     return LlamaBackbone(
-        vocabulary_size=config["vocab_size"],
-        num_layers=config["num_hidden_layers"],
+        vocabulary_size=size(config, "vocab_size"),
+        num_layers=size(config, "num_hidden_layers"),
         num_query_heads=num_heads,
-        num_key_value_heads=config.get("num_key_value_heads") or num_heads,
-        hidden_dim=config["hidden_size"],
-        intermediate_dim=config["intermediate_size"],
-        head_dim=config.get("head_dim"),
+        num_key_value_heads=size(config, "num_key_value_heads", num_heads),
+        hidden_dim=size(config, "hidden_size"),
+        intermediate_dim=size(config, "intermediate_size"),
+        head_dim=size(config, "head_dim", optional=True),
         rope_max_wavelength=theta,
         rope_scaling=scaling,
         layer_norm_epsilon=config.get("rms_norm_eps", 1e-6),
         tie_word_embeddings=config.get("tie_word_embeddings", False),
-        max_sequence_length=config.get("max_position_embeddings"),
+        max_sequence_length=size(config, "max_position_embeddings", optional=True),
         dtype=dtype,
         **read_options(config),
     )

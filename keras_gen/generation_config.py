@@ -1,0 +1,393 @@
+"""`GenerationConfig`: every generation option, validated in one place."""
+
+import dataclasses
+import json
+import os
+import warnings
+
+from keras_gen import processors
+from keras_gen.utils import checks
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+NO_REPEAT_NGRAM_MAX = processors.no_repeat_ngram.MAX_NGRAM_SIZE
+# Options that, given without `do_sample`, mean sampling.
+SAMPLING_NUMBERS = ("temperature", "top_k", "top_p", "min_p", "typical_p")
+# Below this temperature, decode greedily (as vLLM).
+GREEDY_TEMPERATURE = 1e-5
+STEP_OUTPUTS = {
+    "output_log_probs": "log_probs",
+    "output_scores": "scores",
+    "output_logits": "logits",
+    "output_hidden_states": "hidden_states",
+}
+
+
+def _via(cls, name):
+    """A check that builds the processor: its own rules, the option's name."""
+
+    def check(value):
+        try:
+            cls(value)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"`{name}`: {error}") from None
+        return value
+
+    return check
+
+
+def _early_stopping(value):
+    if isinstance(value, bool) or value == "never":
+        return value
+    raise ValueError(
+        f"`early_stopping` must be True, False or 'never'. Received: {value!r}"
+    )
+
+
+def _stop_token_ids(value):
+    if isinstance(value, str):
+        if value == "auto":
+            return None  # the default: the model's end tokens
+        raise TypeError(
+            "`stop_token_ids` must be a list of token ids ('auto', the "
+            f"default, means the model's end tokens). Received: {value!r}"
+        )
+    return checks.check_token_ids("stop_token_ids", value, allow_empty=True)
+
+
+def _logit_bias(value):
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"`logit_bias` must be a dict {{token_id: bias}}. Received: {value!r}"
+        )
+    try:
+        return processors.LogitBias(value).bias
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"`logit_bias`: {error}") from None
+
+
+def _check(name, check, *bounds):
+    return lambda value: check(name, value, *bounds)
+
+
+def option(check, group, help):
+    """A field: unset (`None`) by default, with its check, group and help.
+
+    Groups: `"length"` options replace each other as a pair in `merge`;
+    `"sampling"` options are what a sampler object stands for;
+    `"processors"` options build logits processors.
+    """
+    return dataclasses.field(
+        default=None, metadata={"check": check, "group": group, "help": help}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """Every generation option, in one frozen, validated record.
+
+    Field names are transformers' where the concept is the same. A field
+    left at `None` is unset: another layer (a call keyword, the model's own
+    `generation_config`) or the built-in default decides it. Every value is
+    checked when the config is made; a bad one raises a `ValueError` or
+    `TypeError` that names the option.
+
+    Where `CausalLM.generate` takes its options from, strongest first: call
+    keywords, its `generation_config` argument, what `compile(sampler=...,
+    processors=...)` set, then `lm.generation_config` (read from the model
+    folder's `generation_config.json`).
+
+    The decoding mode: `num_beams > 1` is beam search, `penalty_alpha > 0`
+    contrastive search, `do_sample=True` sampling, else greedy. A config
+    that gives `temperature`, `top_k`, `top_p`, `min_p` or `typical_p` but
+    not `do_sample` samples (as vLLM and OpenAI read them); a
+    `generation_config.json` without `do_sample` does not (as transformers
+    reads it). A temperature below 1e-5 decodes greedily. Unset filters are
+    off (transformers would add `top_k=50` when sampling; vLLM does not).
+
+    Examples:
+    >>> config = GenerationConfig(do_sample=True, top_k=40, temperature=0.8)
+    >>> config.merge(GenerationConfig(temperature=0.5)).to_dict()
+    {'do_sample': True, 'temperature': 0.5, 'top_k': 40}
+    >>> GenerationConfig(top_p=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: `top_p` must be > 0 and <= 1. Received: top_p=1.5
+    """
+
+    # Lengths.
+    max_new_tokens: int = option(_check("max_new_tokens", checks.check_count),
+                                 "length", "New tokens per row.")
+    max_length: int = option(_check("max_length", checks.check_count),
+                             "length", "Prompt plus new tokens per row.")
+    min_new_tokens: int = option(_check("min_new_tokens", checks.check_int, 0),
+                                 "processors", "No end token before this many new tokens.")
+    min_length: int = option(_check("min_length", checks.check_int, 0),
+                             "processors", "No end token before this total length.")
+    max_time: float = option(_check("max_time", checks.check_positive), None,
+                             "Seconds; rows still running then end ('time').")
+    # Decoding mode and sampling.
+    do_sample: bool = option(_check("do_sample", checks.check_bool), "sampling",
+                             "Sample instead of decoding greedily.")
+    temperature: float = option(_check("temperature", checks.check_number, 0),
+                                "sampling", "Divides the logits; below 1e-5 is greedy.")
+    top_k: int = option(_check("top_k", checks.check_int, 0), "sampling",
+                        "Keep the k most likely tokens (0: all).")
+    top_p: float = option(_check("top_p", checks.check_probability), "sampling",
+                          "Keep the fewest tokens whose mass reaches p (1: all).")
+    min_p: float = option(_check("min_p", checks.check_fraction), "sampling",
+                          "Keep tokens >= min_p times the top one's probability (0: all).")
+    typical_p: float = option(_check("typical_p", checks.check_probability),
+                              "sampling", "Locally typical sampling mass (1: all).")
+    seed: int = option(_check("seed", checks.check_int), None,
+                       "The same seed gives the same tokens.")
+    num_beams: int = option(_check("num_beams", checks.check_count), "sampling",
+                            "Beam search with this many beams (1: off).")
+    length_penalty: float = option(_check("length_penalty", checks.check_number, -5, 5),
+                                   "sampling", "Beam score: log-prob sum / length ** this.")
+    early_stopping: object = option(_early_stopping, "sampling",
+                                    "Beam search stop rule: True, False or 'never'.")
+    num_return_sequences: int = option(
+        _check("num_return_sequences", checks.check_count), "sampling",
+        "Sequences per prompt (beam search or sampling).")
+    penalty_alpha: float = option(_check("penalty_alpha", checks.check_fraction),
+                                  "sampling", "Contrastive search penalty (0: off).")
+    # Logits processors.
+    repetition_penalty: float = option(
+        _via(processors.RepetitionPenalty, "repetition_penalty"), "processors",
+        "Divide seen tokens' logits by it (1: off).")
+    presence_penalty: float = option(
+        _via(processors.PresencePenalty, "presence_penalty"), "processors",
+        "Subtract from every generated token (0: off).")
+    frequency_penalty: float = option(
+        _via(processors.FrequencyPenalty, "frequency_penalty"), "processors",
+        "Subtract per generated occurrence (0: off).")
+    no_repeat_ngram_size: int = option(
+        _check("no_repeat_ngram_size", checks.check_int, 0, NO_REPEAT_NGRAM_MAX),
+        "processors", "Never repeat an n-gram of this size (0: off).")
+    bad_words_ids: list = option(_check("bad_words_ids", checks.check_token_sequences),
+                                 "processors", "Token sequences never to generate.")
+    suppress_tokens: list = option(_check("suppress_tokens", checks.check_token_ids),
+                                   "processors", "Tokens never to generate.")
+    logit_bias: dict = option(_logit_bias, "processors",
+                              "Token id (or id tuple) -> bias; -inf bans.")
+    forced_eos_token_id: list = option(
+        _check("forced_eos_token_id", checks.check_token_ids), "processors",
+        "End token forced at each row's last position.")
+    # Stopping.
+    eos_token_id: list = option(_check("eos_token_id", checks.check_token_ids), None,
+                                "The model's end token(s).")
+    stop_token_ids: list = option(_stop_token_ids, None,
+                                  "Ids that end a row ([]: never; default: eos).")
+    stop_strings: list = option(_check("stop_strings", checks.check_strings), None,
+                                "Strings that end a row (needs a tokenizer).")
+    stop_sequences: list = option(_check("stop_sequences", checks.check_token_sequences),
+                                  None, "Token id sequences that end a row.")
+    include_stop_string: bool = option(_check("include_stop_string", checks.check_bool),
+                                       None, "Keep the stop string in the text.")
+    # Per-step outputs.
+    output_scores: bool = option(_check("output_scores", checks.check_bool), None,
+                                 "Per-step logits after processors and temperature.")
+    output_logits: bool = option(_check("output_logits", checks.check_bool), None,
+                                 "Per-step raw logits.")
+    output_log_probs: bool = option(_check("output_log_probs", checks.check_bool),
+                                    None, "Per-step log-prob of the chosen token.")
+    output_hidden_states: bool = option(
+        _check("output_hidden_states", checks.check_bool), None,
+        "Per-step final hidden state.")
+    # Speculative decoding.
+    num_speculative_tokens: int = option(
+        _check("num_speculative_tokens", checks.check_count), None,
+        "Tokens a draft proposes per step.")
+    prompt_lookup_ngram: int = option(_check("prompt_lookup_ngram", checks.check_count),
+                                      None, "Draft by prompt lookup of this n-gram.")
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                object.__setattr__(self, field.name, field.metadata["check"](value))
+        self._check_together()
+
+    def _check_together(self):
+        if self.max_length is not None and self.max_new_tokens is not None:
+            raise ValueError(
+                "Give `max_length` (prompt plus new tokens) or `max_new_tokens`, "
+                f"not both. Received: max_length={self.max_length}, "
+                f"max_new_tokens={self.max_new_tokens}"
+            )
+        beams = (self.num_beams or 1) > 1
+        contrastive = (self.penalty_alpha or 0) > 0
+        if self.do_sample and (beams or contrastive):
+            option = "num_beams" if beams else "penalty_alpha"
+            raise ValueError(
+                f"`do_sample=True` does not combine with `{option}`: beam and "
+                "contrastive search do not sample. Give one of them."
+            )
+        if beams and contrastive:
+            raise ValueError("`num_beams > 1` and `penalty_alpha > 0` exclude each other.")
+        if beams and (self.num_return_sequences or 1) > self.num_beams:
+            raise ValueError(
+                "`num_return_sequences` must be <= `num_beams`. Received: "
+                f"num_return_sequences={self.num_return_sequences}, "
+                f"num_beams={self.num_beams}"
+            )
+
+    def __repr__(self):
+        options = ", ".join(f"{k}={v!r}" for k, v in self._values().items())
+        return f"GenerationConfig({options})"
+
+    # Reading and writing.
+
+    @classmethod
+    def from_dict(cls, config, strict=True):
+        """A config from a dict of options.
+
+        With `strict` (the default), unknown names are an error. Without it
+        (how files are read), names keras-gen does not use are ignored and
+        invalid values are dropped with a warning, and `max_new_tokens` wins
+        over `max_length` when both are given, as in transformers.
+        """
+        if isinstance(config, GenerationConfig):
+            return config
+        if not isinstance(config, dict):
+            raise TypeError(
+                "`generation_config` must be a GenerationConfig or a dict of "
+                f"options. Received: {config!r}"
+            )
+        unknown = sorted(set(config) - set(OPTIONS))
+        if unknown and strict:
+            raise ValueError(
+                f"Unknown generation options {unknown}. Options: {sorted(OPTIONS)}"
+            )
+        values = {k: v for k, v in config.items() if k in OPTIONS and v is not None}
+        if strict:
+            return cls(**values)
+        if "max_new_tokens" in values:
+            values.pop("max_length", None)
+        for name in list(values):
+            try:
+                cls(**{name: values[name]})
+            except (TypeError, ValueError) as error:
+                warnings.warn(f"Ignoring generation option {name!r}: {error}")
+                del values[name]
+        try:
+            return cls(**values)
+        except ValueError as error:
+            warnings.warn(f"Ignoring the generation config's sampling options: {error}")
+            return cls(**{k: v for k, v in values.items() if k not in GROUPS["sampling"]})
+
+    def to_dict(self):
+        """The set options, JSON-ready (what `generation_config.json` holds)."""
+        config = {}
+        for name in OPTIONS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name == "logit_bias":
+                value = {
+                    ",".join(map(str, k)) if isinstance(k, tuple) else str(k): v
+                    for k, v in value.items()
+                }
+            config[name] = list(value) if isinstance(value, tuple) else value
+        return config
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """Read `generation_config.json` from a model folder (or a file path).
+
+        Read as transformers reads it: without `do_sample` the model decodes
+        greedily; options keras-gen does not use are ignored and invalid
+        values dropped with a warning. A folder without the file gives an
+        empty config.
+        """
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, GENERATION_CONFIG_FILE)
+        if not os.path.isfile(path):
+            return cls()
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is not valid JSON: {error}") from error
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object.")
+        config = cls.from_dict(data, strict=False)
+        if config.do_sample is None:
+            config = dataclasses.replace(config, do_sample=False)
+        return config
+
+    def save_pretrained(self, path, extra=None):
+        """Write `generation_config.json` into the folder `path`.
+
+        `extra` adds entries (the tokenizer's `bos_token_id`, ...) that
+        transformers reads from the same file.
+        """
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, GENERATION_CONFIG_FILE), "w") as f:
+            json.dump({**(extra or {}), **self.to_dict()}, f, indent=2)
+
+    # Combining.
+
+    def replace(self, **options):
+        """A copy with these options changed (`None` unsets one)."""
+        return dataclasses.replace(self, **options)
+
+    def sets(self, names):
+        """Whether any of these options is set."""
+        return any(getattr(self, name) is not None for name in names)
+
+    def merge(self, overrides):
+        """A copy in which the options `overrides` sets replace these.
+
+        `max_new_tokens` and `max_length` replace each other as a pair, and
+        a decoding mode that `overrides` chooses clears the others: its
+        `do_sample=True` ends beam and contrastive search, its
+        `num_beams > 1` or `penalty_alpha > 0` ends sampling.
+        """
+        overrides = GenerationConfig.from_dict(overrides)
+        values = self._values()
+        if overrides.sets(GROUPS["length"]):
+            values.pop("max_new_tokens", None)
+            values.pop("max_length", None)
+        values.update(overrides._mode())
+        values.update(overrides._values())
+        return GenerationConfig(**values)
+
+    def _values(self):
+        return {name: getattr(self, name) for name in OPTIONS if getattr(self, name) is not None}
+
+    def _mode(self):
+        """The decoding-mode options this config implies by what it sets."""
+        if (self.num_beams or 1) > 1 or (self.penalty_alpha or 0) > 0:
+            return {"do_sample": False}
+        if self.do_sample:
+            return {"num_beams": 1, "penalty_alpha": 0.0}
+        if self.do_sample is None and self.sets(SAMPLING_NUMBERS):
+            return {"do_sample": True}
+        return {}
+
+    @property
+    def mode(self):
+        """`"beam"`, `"contrastive"`, `"sample"` or `"greedy"`."""
+        if (self.num_beams or 1) > 1:
+            return "beam"
+        if (self.penalty_alpha or 0) > 0:
+            return "contrastive"
+        sampling = self.do_sample
+        if sampling is None:
+            sampling = self.sets(SAMPLING_NUMBERS)
+        temperature = 1.0 if self.temperature is None else self.temperature
+        return "sample" if sampling and temperature >= GREEDY_TEMPERATURE else "greedy"
+
+    @property
+    def outputs(self):
+        """The per-step outputs asked for, by name (`"scores"`, ...)."""
+        return tuple(name for option, name in STEP_OUTPUTS.items() if getattr(self, option))
+
+
+OPTIONS = {f.name: f.metadata for f in dataclasses.fields(GenerationConfig)}
+GROUPS = {
+    group: tuple(name for name, meta in OPTIONS.items() if meta["group"] == group)
+    for group in ("length", "sampling", "processors")
+}

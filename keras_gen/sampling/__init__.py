@@ -1,0 +1,1 @@
+"""Logit filters, stop matching and the options -> sampler mapping."""

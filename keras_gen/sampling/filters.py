@@ -1,0 +1,109 @@
+"""Logit filters: `-inf` for the tokens a sampling rule cuts.
+
+Samplers apply them after the temperature; the filter processors apply them
+wherever they sit in a chain. Every threshold is read from the data, so the
+values (`k`, `p`, ...) may be tensors: new values never change the program.
+"""
+
+from keras import ops
+
+NEG_INF = float("-inf")
+
+
+def top_k_filter(logits, k):
+    """Set all but the `k` largest logits of each row to `-inf`.
+
+    `k` may be a tensor: the threshold is read from the sorted logits at a
+    data-dependent position. Ties with the k-th logit are kept.
+    """
+    ascending = ops.sort(logits, axis=-1)
+    return ops.where(logits >= _kth_largest(ascending, k), logits, NEG_INF)
+
+
+def top_p_filter(logits, p):
+    """Keep the smallest set of most likely tokens whose mass reaches `p`.
+
+    As transformers: the least likely tokens whose total mass is at most
+    `1 - p` are removed, so `p=1` keeps every token (a "mass before < p"
+    test would drop tiny ones to float rounding) and the most likely token
+    always stays.
+    """
+    ascending = ops.sort(logits, axis=-1)
+    return ops.where(logits >= _nucleus_floor(ascending, p), logits, NEG_INF)
+
+
+def min_p_filter(logits, p):
+    """Keep tokens at least `p` times as likely as the most likely one.
+
+    `prob >= p * max_prob` is `logit >= max_logit + log(p)`: no softmax.
+    `p=0` keeps every token.
+    """
+    # `ops.amax`: keras' torch `ops.max` breaks a fullgraph compile.
+    threshold = ops.amax(logits, axis=-1, keepdims=True) + ops.log(p)
+    return ops.where(logits >= threshold, logits, NEG_INF)
+
+
+def typical_filter(logits, mass):
+    """Keep the tokens whose surprise is closest to the row's entropy.
+
+    Locally typical sampling (Meister et al., 2022), as transformers'
+    `TypicalLogitsWarper`: tokens are ranked by `|-log p - entropy|` and the
+    best ones are kept until their mass reaches `mass` (1 keeps all).
+    """
+    log_probs = ops.log_softmax(logits, axis=-1)
+    probs = ops.exp(log_probs)
+    # 0 * -inf is NaN: tokens with no mass add nothing to the entropy.
+    entropy = -ops.sum(
+        ops.where(probs > 0, probs * log_probs, 0.0), axis=-1, keepdims=True
+    )
+    surprise = ops.abs(-log_probs - entropy)  # (batch, vocab)
+    order = ops.argsort(surprise, axis=-1)
+    sorted_surprise = ops.take_along_axis(surprise, order, axis=-1)
+    cumulative = ops.cumsum(ops.take_along_axis(probs, order, axis=-1), axis=-1)
+    last = ops.sum(ops.cast(cumulative < mass, "int32"), axis=-1, keepdims=True)
+    last = ops.minimum(last, ops.shape(logits)[-1] - 1)
+    threshold = ops.take_along_axis(sorted_surprise, last, axis=-1)
+    # An all `-inf` row has NaN surprise: it stays all `-inf`.
+    return ops.where(surprise <= threshold, logits, NEG_INF)
+
+
+def filter_logits(logits, top_k=None, top_p=None, min_p=None, typical_p=None):
+    """Apply min-p, top-k, top-p and typical filters in vLLM's order.
+
+    Each is skipped when `None`. Values may be tensors; their neutral
+    values (`top_k=0`, `top_p=1`, `min_p=0`, `typical_p=1`) keep every token,
+    so one program serves any mix. Top-k and top-p share one sort, and
+    top-p measures mass over what min-p and top-k kept.
+    """
+    if min_p is not None:
+        logits = min_p_filter(logits, min_p)
+    if top_k is not None or top_p is not None:
+        ascending = ops.sort(logits, axis=-1)
+        threshold = ascending[:, :1]  # keeps everything
+        if top_k is not None:
+            vocabulary_size = ops.shape(logits)[-1]
+            k = ops.cast(top_k, "int32")
+            threshold = _kth_largest(ascending, ops.where(k > 0, k, vocabulary_size))
+            ascending = ops.where(ascending >= threshold, ascending, NEG_INF)
+        if top_p is not None:
+            threshold = ops.maximum(threshold, _nucleus_floor(ascending, top_p))
+        logits = ops.where(logits >= threshold, logits, NEG_INF)
+    if typical_p is not None:
+        logits = typical_filter(logits, typical_p)
+    return logits
+
+
+def _kth_largest(ascending, k):
+    """`(batch, 1)`: the k-th largest value of each sorted row."""
+    vocabulary_size = ops.shape(ascending)[-1]
+    k = ops.clip(ops.cast(k, "int32"), 1, vocabulary_size)
+    position = ops.full((ops.shape(ascending)[0], 1), vocabulary_size - k, "int32")
+    return ops.take_along_axis(ascending, position, axis=-1)
+
+
+def _nucleus_floor(ascending, p):
+    """`(batch, 1)`: the smallest logit top-p keeps in each sorted row."""
+    mass = ops.cumsum(ops.softmax(ascending, axis=-1), axis=-1)
+    removed = ops.sum(ops.cast(mass <= 1 - p, "int32"), axis=-1, keepdims=True)
+    removed = ops.minimum(removed, ops.shape(ascending)[-1] - 1)
+    return ops.take_along_axis(ascending, removed, axis=-1)

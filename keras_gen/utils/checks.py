@@ -1,0 +1,145 @@
+"""Argument checks shared by options, samplers and processors.
+
+Each check takes the argument's name and value, accepts Python and numpy
+numbers alike (`np.float32(0.7)`, `np.int64(5)`), refuses booleans, NaN and
+infinities unless asked, and returns a plain Python value. A failed check
+raises a `TypeError` (wrong kind) or `ValueError` (out of range) whose
+message names the argument and what it accepts.
+"""
+
+import math
+
+import numpy as np
+
+
+def is_int(value):
+    """A Python or numpy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def is_number(value):
+    """A Python or numpy real number, not a bool."""
+    return is_int(value) or isinstance(value, (float, np.floating))
+
+
+def check_number(name, value, low=None, high=None, low_open=False, allow_inf=()):
+    """A finite float in `[low, high]` (`(low, high]` with `low_open`).
+
+    `allow_inf` may hold `float("-inf")` and/or `float("inf")`: those
+    infinities are accepted as they are.
+    """
+    if not is_number(value):
+        raise TypeError(f"`{name}` must be a number. Received: {name}={value!r}")
+    # `str` first: np.float32(0.7) is 0.7, not 0.699999988079071.
+    value = float(str(value)) if isinstance(value, np.floating) else float(value)
+    if value in allow_inf:
+        return value
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be finite. Received: {name}={value}")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    if too_low or (high is not None and value > high):
+        raise ValueError(
+            f"`{name}` must be {_bounds(low, high, low_open)}. Received: {name}={value}"
+        )
+    return value
+
+
+def _bounds(low, high, low_open=False):
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{low}, {high}]"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {low}"
+    return f"<= {high}"
+
+
+def check_positive(name, value):
+    """A finite float > 0."""
+    return check_number(name, value, low=0, low_open=True)
+
+
+def check_finite(name, value):
+    return check_number(name, value)
+
+
+def check_probability(name, value):
+    """A float in (0, 1]."""
+    return check_number(name, value, low=0, high=1, low_open=True)
+
+
+def check_fraction(name, value):
+    """A float in [0, 1]."""
+    return check_number(name, value, low=0, high=1)
+
+
+def check_int(name, value, low=None, high=None, allow_none=False):
+    """An int in `[low, high]`, or `None` when `allow_none`."""
+    if value is None and allow_none:
+        return None
+    if not is_int(value):
+        raise TypeError(f"`{name}` must be an int. Received: {name}={value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(
+            f"`{name}` must be {_bounds(low, high)}. Received: {name}={value}"
+        )
+    return value
+
+
+def check_count(name, value, allow_none=False):
+    """An int >= 1, or `None` when `allow_none`."""
+    return check_int(name, value, low=1, allow_none=allow_none)
+
+
+def check_bool(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return bool(value)
+
+
+def check_token_ids(name, token_ids, allow_empty=False):
+    """A list of ints >= 0 from an int or a list, tuple or 1D array of them."""
+    if is_int(token_ids):
+        token_ids = [token_ids]
+    if isinstance(token_ids, np.ndarray):
+        token_ids = token_ids.tolist() if token_ids.ndim == 1 else None
+    if not isinstance(token_ids, (list, tuple)):
+        raise TypeError(
+            f"`{name}` must be a token id or a list of token ids (ints >= 0). "
+            f"Received: {name}={token_ids!r}"
+        )
+    bad = [t for t in token_ids if not is_int(t) or t < 0]
+    if bad or (not allow_empty and len(token_ids) == 0):
+        raise ValueError(
+            f"`{name}` must be a non-empty list of token ids (ints >= 0). "
+            f"Received: {name}={list(token_ids)!r}"
+        )
+    return [int(t) for t in token_ids]
+
+
+def check_token_sequences(name, sequences):
+    """A non-empty list of non-empty token id lists."""
+    if (
+        not isinstance(sequences, (list, tuple))
+        or not sequences
+        or not all(isinstance(s, (list, tuple, np.ndarray)) for s in sequences)
+    ):
+        raise ValueError(
+            f"`{name}` must be a non-empty list of token id lists. "
+            f"Received: {name}={sequences!r}"
+        )
+    return [check_token_ids(name, sequence) for sequence in sequences]
+
+
+def check_strings(name, strings):
+    """A list of non-empty strings (a lone string is refused, not split)."""
+    if isinstance(strings, str) or not isinstance(strings, (list, tuple)):
+        raise TypeError(
+            f"`{name}` must be a list of strings. Received: {name}={strings!r}"
+        )
+    if not all(isinstance(s, str) and s for s in strings):
+        raise ValueError(
+            f"`{name}` must be a list of non-empty strings. Received: {name}={strings!r}"
+        )
+    return list(strings)

@@ -9,8 +9,16 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("models", "samplers", "tokenizers", "processors", "streaming")
+_SUBMODULES = (
+    "models",
+    "samplers",
+    "sampling",
+    "tokenizers",
+    "processors",
+    "streaming",
+)
 _EXPORTS = {
+    "GenerationConfig": "keras_gen.generation_config",
     "CausalLM": "keras_gen.models",
     "GPT2Backbone": "keras_gen.models",
     "GPT2CausalLM": "keras_gen.models",

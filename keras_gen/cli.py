@@ -18,7 +18,30 @@ import sys
 import time
 
 BACKENDS = ("jax", "tensorflow", "torch")
-SAMPLERS = ("greedy", "random", "top_k", "top_p", "min_p", "beam", "contrastive")
+# `--sampler` names, as the decoding-mode options they stand for (filled in
+# from the other flags, see `_sampler_options`); "random", "top_k", "top_p"
+# and "min_p" sample, with whichever filters the flags and the model give.
+SAMPLERS = ("greedy", "sample", "random", "top_k", "top_p", "min_p", "beam", "contrastive")
+# Generation options with a flag of their own: `--max-new-tokens` for
+# `max_new_tokens`, and so on (`--stop` sets `stop_strings`).
+FLAG_OPTIONS = {
+    "max_new_tokens": int,
+    "min_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
+    "typical_p": float,
+    "seed": int,
+    "num_beams": int,
+    "length_penalty": float,
+    "penalty_alpha": float,
+    "repetition_penalty": float,
+    "presence_penalty": float,
+    "frequency_penalty": float,
+    "no_repeat_ngram_size": int,
+    "max_time": float,
+}
 DEFAULT_MODEL = "demo"
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -87,21 +110,18 @@ def _add_generate(commands):
         "--sampler",
         choices=SAMPLERS,
         default=None,
-        help="how the next token is chosen (default: the model's "
-        "generation_config.json, else greedy)",
+        help="greedy, sample (random, top_k, top_p and min_p sample too), "
+        "beam or contrastive (default: the model's generation_config.json, "
+        "else greedy)",
     )
-    positive = _number(float, low=0, low_open=True, name="positive number")
-    generate.add_argument("--temperature", type=positive)
-    generate.add_argument("--top-k", type=_number(int, low=1))
-    generate.add_argument("--top-p", type=_number(float, 0, 1, low_open=True))
-    generate.add_argument("--min-p", type=_number(float, 0, 1, low_open=True))
-    generate.add_argument(
-        "--max-new-tokens",
-        type=_number(int, low=1),
-        default=None,
-        help=f"new tokens to generate (default {DEFAULT_MAX_NEW_TOKENS})",
-    )
-    generate.add_argument("--seed", type=_number(int, low=0))
+    from keras_gen.generation_config import OPTIONS
+
+    for name, kind in FLAG_OPTIONS.items():
+        generate.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_number(kind),
+            help=OPTIONS[name]["help"],
+        )
     generate.add_argument(
         "--stop",
         nargs="+",
@@ -110,9 +130,6 @@ def _add_generate(commands):
         metavar="STRING",
         help="stop once the text contains one of these strings",
     )
-    generate.add_argument("--repetition-penalty", type=positive)
-    generate.add_argument("--presence-penalty", type=float)
-    generate.add_argument("--frequency-penalty", type=float)
     generate.add_argument(
         "--no-stream", action="store_true", help="print the text once it is done"
     )
@@ -226,91 +243,45 @@ def load_model(model, dtype=None):
         raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
 
 
-def model_folder(model):
-    from keras_gen import presets
+def generation_options(args):
+    """The `GenerationConfig` the flags ask for (unset where they are)."""
+    from keras_gen.generation_config import GenerationConfig
 
-    return presets.preset_path(model) if model in presets.list_presets() else model
-
-
-def generation_defaults(model):
-    """`generation_config.json` of the model folder, or `{}`."""
-    path = os.path.join(model_folder(model), "generation_config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def _sampler_name(args, defaults):
-    if args.sampler:
-        return args.sampler
-    if args.top_p is not None:
-        return "top_p"
-    if args.min_p is not None:
-        return "min_p"
-    if args.top_k is not None:
-        return "top_k"
-    if args.temperature is not None:
-        return "random"
-    if defaults.get("do_sample"):
-        if defaults.get("top_p", 1.0) < 1.0:
-            return "top_p"
-        return "top_k" if defaults.get("top_k") else "random"
-    return "greedy"
-
-
-def build_sampler(args, defaults):
-    """The sampler the flags ask for, and processors for filters it lacks."""
-    import inspect
-
-    from keras_gen import processors
-    from keras_gen import samplers
-
-    name = _sampler_name(args, defaults)
-    try:
-        cls = type(samplers.get(name))
-    except (ValueError, TypeError):
-        raise UsageError(
-            f"--sampler {name}: not available in this keras-gen "
-            f"(available: {', '.join(sorted(samplers.registry.SAMPLERS))})"
-        ) from None
-    use_defaults = args.sampler is None and defaults.get("do_sample")
-    wanted = {
-        "temperature": args.temperature
-        or (defaults.get("temperature") if use_defaults else None),
-        "k": args.top_k or (defaults.get("top_k") if use_defaults else None),
-        "p": args.top_p if name != "min_p" else args.min_p,
+    options = {
+        name: getattr(args, name)
+        for name in FLAG_OPTIONS
+        if getattr(args, name) is not None
     }
-    accepted = inspect.signature(cls.__init__).parameters
-    config = {k: v for k, v in wanted.items() if v is not None and k in accepted}
-    filters = []
-    if args.top_k is not None and "k" not in config:
-        filters.append(processors.TopK(args.top_k))
-    if args.top_p is not None and name != "top_p":
-        filters.append(processors.TopP(args.top_p))
-    if args.min_p is not None and name != "min_p":
-        filters.append(processors.MinP(args.min_p))
+    options.update(_sampler_options(args.sampler, options))
+    if args.stop:
+        options["stop_strings"] = args.stop
     try:
-        sampler = cls(**config)
-    except (ValueError, TypeError) as error:
-        raise UsageError(f"--sampler {name}: {_first_line(error)}") from None
-    return name, sampler, filters
+        return GenerationConfig(**options)
+    except (TypeError, ValueError) as error:
+        message = _first_line(error)
+        for name in options:
+            message = message.replace(f"`{name}`", _flag(name))
+        raise UsageError(message) from None
 
 
-def build_processors(args, defaults):
-    from keras_gen import processors
+def _flag(option):
+    return "--stop" if option == "stop_strings" else "--" + option.replace("_", "-")
 
-    chain = []
-    repetition_penalty = args.repetition_penalty or defaults.get("repetition_penalty")
-    if repetition_penalty not in (None, 1, 1.0):
-        chain.append(processors.RepetitionPenalty(repetition_penalty))
-    if args.presence_penalty is not None:
-        chain.append(processors.PresencePenalty(args.presence_penalty))
-    if args.frequency_penalty is not None:
-        chain.append(processors.FrequencyPenalty(args.frequency_penalty))
-    return chain
+
+def _sampler_options(sampler, options):
+    """The decoding-mode options `--sampler NAME` stands for."""
+    if sampler is None:
+        return {}
+    if sampler == "greedy":
+        return {"do_sample": False}
+    if sampler == "beam":
+        return {"num_beams": options.get("num_beams", 4)}
+    if sampler == "contrastive":
+        return {
+            "penalty_alpha": options.get("penalty_alpha", 0.6),
+            "top_k": options.get("top_k", 4),
+        }
+    return {"do_sample": True}
 
 
 def _first_line(error):
@@ -328,29 +299,24 @@ def read_prompt(prompt):
 
 def run_generate(args):
     prompt = read_prompt(args.prompt)
+    options = generation_options(args)
     started = time.perf_counter()
     lm = load_model(args.model, args.dtype)
     if lm.tokenizer is None:
         raise UsageError(f"--model {args.model!r} has no tokenizer.json")
-    defaults = generation_defaults(args.model)
-    name, sampler, filters = build_sampler(args, defaults)
-    lm.compile(sampler=sampler)
-    max_new_tokens = args.max_new_tokens or defaults.get(
-        "max_new_tokens", DEFAULT_MAX_NEW_TOKENS
-    )
+    config = lm.generation_config.merge(options)
+    if config.max_new_tokens is None and config.max_length is None:
+        options = options.replace(max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
+        config = config.replace(max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
     prompt_tokens = len(lm.tokenizer.encode(prompt))
     context = lm.backbone.max_sequence_length
-    if prompt_tokens + max_new_tokens > context:
+    total = config.max_length or prompt_tokens + config.max_new_tokens
+    if total > context:
         raise UsageError(
-            f"the prompt ({prompt_tokens} tokens) plus --max-new-tokens "
-            f"{max_new_tokens} exceeds the model's context of {context} tokens"
+            f"the prompt ({prompt_tokens} tokens) plus {total - prompt_tokens} new "
+            f"tokens (--max-new-tokens) exceeds the model's context of "
+            f"{context} tokens"
         )
-    options = dict(
-        max_new_tokens=max_new_tokens,
-        seed=args.seed,
-        processors=build_processors(args, defaults) + filters,
-        stop_strings=args.stop or None,
-    )
     timing = {"load_seconds": time.perf_counter() - started}
     try:
         record = _generate(lm, prompt, options, args, timing)
@@ -363,7 +329,8 @@ def run_generate(args):
         summary = {
             "model": args.model,
             "backend": _backend(),
-            "sampler": name,
+            "sampler": config.mode,
+            "options": config.to_dict(),
             "prompt": prompt,
             "text": record.text[0],
             "tokens": tokens,
@@ -377,13 +344,14 @@ def run_generate(args):
 
 
 def _generate(lm, prompt, options, args, timing):
-    """The `GenerationOutput` of one prompt, printed as it comes unless
-    `--json` or `--no-stream`; fills in `timing`."""
+    """The `GenerationOutput` of one prompt under the `GenerationConfig`
+    `options`, printed as it comes unless `--json` or `--no-stream`; fills
+    in `timing`."""
     from keras_gen.streaming import GenerationOutput
 
     started = time.perf_counter()
     if args.no_stream:
-        record = lm.generate(prompt, return_dict=True, **options)
+        record = lm.generate(prompt, options, return_dict=True)
         timing["generate_seconds"] = time.perf_counter() - started
         if not args.json:
             sys.stdout.write(prompt + record.text[0] + "\n")
@@ -393,7 +361,7 @@ def _generate(lm, prompt, options, args, timing):
         sys.stdout.write(prompt)
         sys.stdout.flush()
     chunks = []
-    for chunk in lm.stream(prompt, **options):
+    for chunk in lm.stream(prompt, options):
         if "first_token_seconds" not in timing and chunk.token_ids[0]:
             timing["first_token_seconds"] = time.perf_counter() - started
         chunks.append(chunk)

@@ -5,11 +5,11 @@ import json
 import os
 import warnings
 
-from keras_gen import processors
 from keras_gen.utils import checks
 
 GENERATION_CONFIG_FILE = "generation_config.json"
-NO_REPEAT_NGRAM_MAX = processors.no_repeat_ngram.MAX_NGRAM_SIZE
+# `NoRepeatNGram` unrolls its comparison up to this size.
+MAX_NGRAM_SIZE = 16
 # Options that, given without `do_sample`, mean sampling.
 SAMPLING_NUMBERS = ("temperature", "top_k", "top_p", "min_p", "typical_p")
 # Below this temperature, decode greedily (as vLLM).
@@ -22,12 +22,18 @@ STEP_OUTPUTS = {
 }
 
 
-def _via(cls, name):
-    """A check that builds the processor: its own rules, the option's name."""
+def _via(class_name, name):
+    """A check that builds the processor: its own rules, the option's name.
+
+    Imported when used: this module loads without Keras (the `keras-gen`
+    command reads its options before it chooses the backend).
+    """
 
     def check(value):
+        from keras_gen import processors
+
         try:
-            cls(value)
+            getattr(processors, class_name)(value)
         except (TypeError, ValueError) as error:
             raise type(error)(f"`{name}`: {error}") from None
         return value
@@ -59,6 +65,8 @@ def _logit_bias(value):
         raise TypeError(
             f"`logit_bias` must be a dict {{token_id: bias}}. Received: {value!r}"
         )
+    from keras_gen import processors
+
     try:
         return processors.LogitBias(value).bias
     except (TypeError, ValueError) as error:
@@ -153,16 +161,16 @@ class GenerationConfig:
                                   "sampling", "Contrastive search penalty (0: off).")
     # Logits processors.
     repetition_penalty: float = option(
-        _via(processors.RepetitionPenalty, "repetition_penalty"), "processors",
+        _via("RepetitionPenalty", "repetition_penalty"), "processors",
         "Divide seen tokens' logits by it (1: off).")
     presence_penalty: float = option(
-        _via(processors.PresencePenalty, "presence_penalty"), "processors",
+        _via("PresencePenalty", "presence_penalty"), "processors",
         "Subtract from every generated token (0: off).")
     frequency_penalty: float = option(
-        _via(processors.FrequencyPenalty, "frequency_penalty"), "processors",
+        _via("FrequencyPenalty", "frequency_penalty"), "processors",
         "Subtract per generated occurrence (0: off).")
     no_repeat_ngram_size: int = option(
-        _check("no_repeat_ngram_size", checks.check_int, 0, NO_REPEAT_NGRAM_MAX),
+        _check("no_repeat_ngram_size", checks.check_int, 0, MAX_NGRAM_SIZE),
         "processors", "Never repeat an n-gram of this size (0: off).")
     bad_words_ids: list = option(_check("bad_words_ids", checks.check_token_sequences),
                                  "processors", "Token sequences never to generate.")
@@ -332,6 +340,12 @@ class GenerationConfig:
     def replace(self, **options):
         """A copy with these options changed (`None` unsets one)."""
         return dataclasses.replace(self, **options)
+
+    def without(self, *groups):
+        """A copy with the options of these groups (`"length"`,
+        `"sampling"`, `"processors"`) unset."""
+        names = [name for group in groups for name in GROUPS[group]]
+        return dataclasses.replace(self, **dict.fromkeys(names))
 
     def sets(self, names):
         """Whether any of these options is set."""

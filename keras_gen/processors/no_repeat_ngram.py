@@ -3,13 +3,12 @@
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.generation_config import MAX_NGRAM_SIZE
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.utils.checks import check_count
 
-# `n` is a tensor; the comparison loop is unrolled up to this size.
-MAX_NGRAM_SIZE = 16
 
 
 class NoRepeatNGram(LogitsProcessor):

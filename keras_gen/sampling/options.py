@@ -158,8 +158,7 @@ def resolve(base, call, sampler=None, processors=None, complete=False):
                 f"options {names} cannot change it: set its attributes, or "
                 "compile a built-in sampler."
             )
-        cleared = base.replace(**dict.fromkeys(GROUPS["sampling"]))
-        base = cleared.merge(options or {})
+        base = base.without("sampling").merge(options or {})
     config = base.merge(call)
     if sampler is None or changes_sampler:
         sampler = build_sampler(config, complete)

@@ -31,9 +31,9 @@ class BatchScheduler:
     while a worker is free. A batch whose clients have all gone stops
     generating; a client that leaves a shared batch gets nothing more.
 
-    Each worker keeps its own `CausalLM` per sampler type, sharing the
-    served model's backbone (the weights exist once): a sampler object is
-    then only ever used by one thread, on every backend.
+    Every worker runs the served model itself: its compiled programs are
+    found by structure, so requests with any settings share them, and a
+    program's sampler and processors bind one thread's numbers at a time.
 
     Args:
         lm: the served `keras_gen.models.CausalLM` (with a tokenizer).
@@ -143,7 +143,6 @@ class BatchScheduler:
             return [job for job in batch if not job.cancelled]
 
     def _work(self):
-        models = {}
         while True:
             jobs = self._next_batch()
             if jobs is None:
@@ -154,7 +153,7 @@ class BatchScheduler:
             self._count("rows", self._rows(jobs))
             self._count("running_batches")
             try:
-                self._run(models, jobs)
+                self._run(jobs)
             except APIError as error:
                 for job in jobs:
                     job.put({"type": "error", "error": error})
@@ -173,29 +172,16 @@ class BatchScheduler:
             finally:
                 self._count("running_batches", -1)
 
-    def _model_for(self, models, sampler):
-        """This worker's `CausalLM` for the sampler's type."""
-        key = (type(sampler), tuple(sorted(sampler.get_parameters())))
-        if key not in models:
-            model = type(self.lm)(self.lm.backbone, tokenizer=self.lm.tokenizer)
-            model.compile(sampler=sampler, jit_compile=self.lm.generate_jit_compile)
-            models[key] = model
-        models[key].sampler = sampler
-        return models[key]
-
-    def _run(self, models, jobs):
+    def _run(self, jobs):
         request = jobs[0].request
-        model = self._model_for(models, request.sampler)
         rows = [row for job in jobs for row in job.request.rows]
-        chunks = model.stream(
+        # The request's sampler and processors carry every filter and
+        # penalty, so that every request shares one compiled program.
+        chunks = self.lm.stream(
             rows,
-            max_new_tokens=request.max_tokens,
-            stop_token_ids=None if request.ignore_eos else "auto",
-            seed=request.seed,
-            processors=list(request.processors),
-            stop_strings=list(request.stop) or None,
-            output_log_probs=request.logprobs is not None,
-            output_scores=bool(request.logprobs),
+            request.config.without("sampling", "processors"),
+            sampler=request.sampler,
+            processors=request.processors,
             stream_chunk_size=self.stream_chunk_size,
         )
         # Which rows of the batch belong to which job.

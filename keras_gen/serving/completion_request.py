@@ -3,13 +3,27 @@
 import itertools
 import json
 
-from keras_gen import processors as processors_lib
-from keras_gen import samplers
+from keras_gen.generation_config import GenerationConfig
+from keras_gen.sampling import options as options_lib
 from keras_gen.serving.api_error import APIError
 
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 5
 MAX_TOP_LOGPROBS = 20
+# OpenAI's range of a `logit_bias` value.
+MAX_LOGIT_BIAS = 100
+# Request fields that are generation options, by option name.
+OPTION_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_new_tokens",
+    "seed": "seed",
+}
 # Chat roles a message may have.
 ROLES = ("system", "user", "assistant", "tool", "developer")
 _unique = itertools.count()
@@ -69,15 +83,24 @@ class CompletionRequest:
     `temperature` (0 is greedy), `top_p`, `top_k`, `min_p`, `stop`, `seed`,
     `n`, `logprobs` (completions: an int, top alternatives per token; chat:
     a bool with `top_logprobs`), `presence_penalty`, `frequency_penalty`,
-    `repetition_penalty`, `stream`, `stream_options.include_usage`, and
-    vLLM's `ignore_eos`. Other fields are ignored.
+    `repetition_penalty`, `logit_bias`, `stream`,
+    `stream_options.include_usage`, and vLLM's `ignore_eos`, `min_tokens`
+    and `stop_token_ids`. Other fields are ignored. Fields the request
+    leaves out take the served model's defaults (its
+    `generation_config.json`, as vLLM), then OpenAI's (temperature 1).
+
+    The options become a `GenerationConfig` (which checks every value) and,
+    through `keras_gen.sampling.options`, a sampler and processors that
+    carry every filter and penalty, so any mix of settings shares one
+    compiled program.
 
     Args:
         body: the decoded JSON object.
         kind: `"completion"` or `"chat"`.
-        model: the served model's `ServedModel`-like context: needs
-            `name`, `tokenizer`, `vocabulary_size`, `context_length`,
-            `chat_template` and `max_batch_size`.
+        model: the served model's context: needs `name`, `tokenizer`,
+            `vocabulary_size`, `context_length`, `chat_template`,
+            `max_batch_size`, `defaults` (a `GenerationConfig`) and
+            `end_token_ids`.
     """
 
     def __init__(self, body, kind, model):
@@ -118,9 +141,9 @@ class CompletionRequest:
         self._read_max_tokens(body, model)
         self._read_logprobs(body)
         self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)
-        self.seed = _count(body, "seed", -(2**63), 2**63 - 1, None)
-        self.sampler = self._read_sampler(body)
-        self.processors = self._read_processors(body)
+        self.config, self.sampler, self.processors = options_lib.resolve(
+            model.defaults, self._read_options(body, model), complete=True
+        )
 
     def _read_prompts(self, body, model):
         """Sets `self.prompts` (token id lists); yields template stop strings."""
@@ -251,44 +274,70 @@ class CompletionRequest:
             )
         return stop
 
-    def _read_sampler(self, body):
-        """Greedy at temperature 0, else the sampler of the filter asked for."""
-        temperature = _number(body, "temperature", 0, 2, 1.0)
-        self.top_p = _number(body, "top_p", 0, 1, 1.0, low_open=True)
+    def _read_options(self, body, model):
+        """The request's generation options, checked by `GenerationConfig`."""
+        options = {
+            option: body[field]
+            for field, option in OPTION_FIELDS.items()
+            if body.get(field) is not None
+        }
         # vLLM's convention: top_k of 0 or -1 means no top-k filter.
-        self.top_k = _field(
-            body, "top_k", lambda v: _is_int(v) and v >= -1, "an integer >= -1", -1
+        if options.get("top_k") == -1:
+            options["top_k"] = 0
+        logit_bias = self._read_logit_bias(body, model)
+        if logit_bias:
+            options["logit_bias"] = logit_bias
+        extra = _field(
+            body,
+            "stop_token_ids",
+            lambda v: isinstance(v, list) and all(_is_int(t) for t in v),
+            "an array of token ids",
+            [],
         )
-        self.min_p = _number(body, "min_p", 0, 1, 0.0)
-        if temperature == 0:
-            return samplers.get("greedy")
-        if self.top_p < 1:
-            return samplers.TopPSampler(p=self.top_p, temperature=temperature)
-        if self.min_p > 0:
-            return samplers.MinPSampler(p=self.min_p, temperature=temperature)
-        if self.top_k > 0:
-            return samplers.TopKSampler(k=self.top_k, temperature=temperature)
-        return samplers.RandomSampler(temperature=temperature)
+        if extra or self.ignore_eos:
+            ends = [] if self.ignore_eos else list(model.end_token_ids)
+            options["stop_token_ids"] = ends + extra
+        options.update(
+            max_new_tokens=self.max_tokens,
+            stop_strings=list(self.stop) or None,
+            output_log_probs=self.logprobs is not None or None,
+            output_scores=bool(self.logprobs) or None,
+        )
+        fields = {option: field for field, option in OPTION_FIELDS.items()}
+        fields["stop_token_ids"] = "stop_token_ids"
+        try:
+            return GenerationConfig(**{k: v for k, v in options.items() if v is not None})
+        except (TypeError, ValueError) as error:
+            name = next((n for n in options if f"`{n}`" in str(error)), None)
+            raise APIError(
+                f"Invalid value: {error}",
+                param=fields.get(name, name),
+                code="invalid_type" if isinstance(error, TypeError) else "invalid_value",
+            ) from None
 
-    def _read_processors(self, body):
-        chain = []
-        presence = _number(body, "presence_penalty", -2, 2, 0.0)
-        frequency = _number(body, "frequency_penalty", -2, 2, 0.0)
-        repetition = _number(body, "repetition_penalty", 0, 10, 1.0, low_open=True)
-        if repetition != 1:
-            chain.append(processors_lib.RepetitionPenalty(float(repetition)))
-        if presence:
-            chain.append(processors_lib.PresencePenalty(float(presence)))
-        if frequency:
-            chain.append(processors_lib.FrequencyPenalty(float(frequency)))
-        if isinstance(self.sampler, samplers.GreedySampler):
-            return chain
-        # The sampler applies one filter; the others run as processors.
-        if self.top_k > 0 and not isinstance(self.sampler, samplers.TopKSampler):
-            chain.append(processors_lib.TopK(self.top_k))
-        if self.min_p > 0 and not isinstance(self.sampler, samplers.MinPSampler):
-            chain.append(processors_lib.MinP(float(self.min_p)))
-        return chain
+    def _read_logit_bias(self, body, model):
+        """OpenAI's `logit_bias`: token id strings to biases in [-100, 100]."""
+
+        def check(bias):
+            return isinstance(bias, dict) and all(
+                isinstance(k, str)
+                and k.isdigit()
+                and int(k) < model.vocabulary_size
+                and _is_number(v)
+                and abs(v) <= MAX_LOGIT_BIAS
+                for k, v in bias.items()
+            )
+
+        expected = (
+            f"an object mapping token ids in [0, {model.vocabulary_size}) to "
+            f"numbers in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]"
+        )
+        bias = _field(body, "logit_bias", check, expected, {})
+        return {int(k): float(v) for k, v in bias.items()}
+
+    @property
+    def seed(self):
+        return self.config.seed
 
     @property
     def rows(self):
@@ -300,21 +349,14 @@ class CompletionRequest:
         """Requests with equal keys can run as rows of one generate call.
 
         Everything that is one value per compiled call is in the key: the
-        sampler and its numbers, the processors, stop strings, the length
-        and the outputs asked for. A sampled request with a `seed` gets a
-        batch of its own, so that its text depends on the seed alone.
+        options (sampling, penalties, stops, length, outputs asked for). A
+        sampled request with a `seed` gets a batch of its own, so that its
+        text depends on the seed alone.
         """
-        sampler = samplers.serialize(self.sampler)
-        sampled = not isinstance(self.sampler, samplers.GreedySampler)
-        return json.dumps(
-            [
-                sampler,
-                [processors_lib.serialize(p) for p in self.processors],
-                self.stop,
-                self.max_tokens,
-                self.logprobs,
-                self.ignore_eos,
-                next(_unique) if sampled and self.seed is not None else None,
-            ],
-            sort_keys=True,
-        )
+        options = self.config.to_dict()
+        sampled = not self.sampler.deterministic
+        if not sampled or self.seed is None:
+            options.pop("seed", None)
+        else:
+            options["seed"] = [self.seed, next(_unique)]
+        return json.dumps(options, sort_keys=True, default=str)

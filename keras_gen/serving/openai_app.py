@@ -9,6 +9,7 @@ with `"stream": true`, as server-sent events ending with `data: [DONE]`.
 import asyncio
 import contextlib
 import json
+import math
 import time
 import types
 import uuid
@@ -17,6 +18,7 @@ import fastapi
 import fastapi.responses
 import starlette.exceptions
 
+from keras_gen.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
 from keras_gen.serving.batch_scheduler import BatchScheduler
 from keras_gen.serving.chat_template import ChatTemplate
@@ -47,6 +49,38 @@ async def _read_json(request, max_body_bytes):
             f"We could not parse the JSON body of your request: {error}.",
             code="invalid_json",
         ) from None
+    except RecursionError:
+        raise APIError(
+            "The JSON body of your request is nested too deeply.",
+            code="invalid_json",
+        ) from None
+
+
+# What a non-finite float becomes in a response: JSON has no NaN or
+# Infinity. -inf (a banned token's log-probability) is vLLM's -9999.0.
+NON_FINITE = {float("-inf"): -9999.0, float("inf"): 9999.0}
+
+
+def _finite(data):
+    """`data` with every NaN and infinity replaced (see `NON_FINITE`)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return NON_FINITE.get(data)
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
+
+
+def _dumps(data):
+    return json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
+
+
+class _JSONResponse(fastapi.responses.JSONResponse):
+    """A JSON response that never writes NaN or Infinity."""
+
+    def render(self, content):
+        return _dumps(content).encode("utf-8")
 
 
 def _too_large(limit):
@@ -58,7 +92,7 @@ def _too_large(limit):
 
 
 def _error_response(error):
-    return fastapi.responses.JSONResponse(error.to_dict(), status_code=error.status)
+    return _JSONResponse(error.to_dict(), status_code=error.status)
 
 
 class _Completion:
@@ -211,7 +245,7 @@ class _Completion:
 
 
 def _sse(data):
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+    return f"data: {_dumps(data)}\n\n"
 
 
 async def _stream_events(job, completion):
@@ -259,15 +293,44 @@ def _add_error_handlers(app):
             APIError(str(error.detail), status=error.status_code, code=None)
         )
 
-    @app.exception_handler(Exception)
-    async def server_error(request, error):
-        return _error_response(
-            APIError(
-                f"Internal error: {type(error).__name__}: {error}",
-                status=500,
-                type="server_error",
+    app.add_middleware(_ServerErrors)
+
+
+class _ServerErrors:
+    """Answers an unexpected error as an OpenAI-shaped 500.
+
+    An ASGI middleware, not `exception_handler(Exception)`: Starlette
+    re-raises after that handler answers, and the server then drops the
+    keep-alive connection. An error after the response has started (in a
+    stream) cannot change its status and is re-raised.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as error:  # the server and connection stay up
+            if started:
+                raise
+            response = _error_response(
+                APIError(
+                    f"Internal error: {type(error).__name__}: {error}",
+                    status=500,
+                    type="server_error",
+                )
             )
-        )
+            await response(scope, receive, send)
 
 
 def _add_routes(app, scheduler, served, started, max_body_bytes):
@@ -323,6 +386,20 @@ def _add_routes(app, scheduler, served, started, max_body_bytes):
         return await generate(request, "chat")
 
 
+def server_defaults(lm):
+    """The options of a request that sets none: the model's
+    `generation_config.json` numbers (as vLLM reads them: its `do_sample`
+    and beam search options aside), over OpenAI's temperature of 1."""
+    model = lm.generation_config.without("sampling").merge(
+        {
+            name: getattr(lm.generation_config, name)
+            for name in ("temperature", "top_k", "top_p", "min_p")
+            if getattr(lm.generation_config, name) is not None
+        }
+    )
+    return GenerationConfig(temperature=1.0).merge(model)
+
+
 def create_app(
     lm,
     model_name="demo",
@@ -361,6 +438,10 @@ def create_app(
         context_length=lm.backbone.max_sequence_length,
         chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
         max_batch_size=max_batch_size,
+        defaults=server_defaults(lm),
+        end_token_ids=(
+            lm.generation_config.eos_token_id or lm.tokenizer.eos_token_ids or []
+        ),
     )
     started = int(time.time())
 
@@ -370,7 +451,9 @@ def create_app(
         yield
         await asyncio.to_thread(scheduler.close)
 
-    app = fastapi.FastAPI(title="keras-gen", lifespan=lifespan)
+    app = fastapi.FastAPI(
+        title="keras-gen", lifespan=lifespan, default_response_class=_JSONResponse
+    )
     app.state.scheduler = scheduler
     app.state.served = served
 

@@ -2,6 +2,8 @@ import types
 
 import pytest
 
+
+from keras_gen import GenerationConfig
 from keras_gen import processors
 from keras_gen import samplers
 from keras_gen.serving import APIError
@@ -22,6 +24,8 @@ def served():
         context_length=64,
         chat_template=ChatTemplate(),
         max_batch_size=4,
+        defaults=GenerationConfig(temperature=1.0),
+        end_token_ids=[0],
     )
 
 
@@ -37,8 +41,17 @@ def test_defaults(served):
     request = read(served)
     assert request.prompts == [served.tokenizer.encode("The for")]
     assert request.max_tokens == 16 and request.n == 1 and not request.stream
-    assert isinstance(request.sampler, samplers.RandomSampler)
-    assert request.processors == [] and request.logprobs is None
+    assert request.logprobs is None
+    # OpenAI's default: sampling at temperature 1, with every filter and
+    # penalty in the program (neutral), so that all requests share it.
+    sampler = request.sampler
+    assert isinstance(sampler, samplers.RandomSampler) and sampler.temperature == 1
+    assert (sampler.top_k, sampler.top_p, sampler.min_p) == (0, 1.0, 0.0)
+    assert [type(p) for p in request.processors] == [
+        processors.RepetitionPenalty,
+        processors.FrequencyPenalty,
+        processors.PresencePenalty,
+    ]
 
 
 def test_chat_prompt_and_default_length(served):
@@ -53,23 +66,48 @@ def test_sampler_choice(served):
     assert isinstance(
         read(served, temperature=0, top_k=3).sampler, samplers.GreedySampler
     )
-    top_p = read(served, temperature=0.5, top_p=0.8, top_k=3, min_p=0.1)
-    assert isinstance(top_p.sampler, samplers.TopPSampler)
-    assert top_p.sampler.temperature == 0.5 and top_p.sampler.p == 0.8
-    assert [type(p) for p in top_p.processors] == [processors.TopK, processors.MinP]
-    assert isinstance(read(served, min_p=0.2).sampler, samplers.MinPSampler)
-    assert read(served, top_k=5).sampler.k == 5
+    # top_k, top_p and min_p all apply together (vLLM's order).
+    sampler = read(served, temperature=0.5, top_p=0.8, top_k=3, min_p=0.1).sampler
+    assert isinstance(sampler, samplers.RandomSampler)
+    assert (sampler.temperature, sampler.top_k, sampler.top_p, sampler.min_p) == (
+        0.5, 3, 0.8, 0.1
+    )
+    assert read(served, top_k=-1).sampler.top_k == 0
+    structures = {
+        read(served, **fields).sampler.get_structure()
+        for fields in ({}, {"top_k": 5}, {"top_p": 0.5, "min_p": 0.2}, {"temperature": 2})
+    }
+    assert len(structures) == 1
 
 
-def test_penalties_become_processors(served):
+def test_penalties_and_biases_become_processors(served):
     request = read(
-        served, presence_penalty=0.5, frequency_penalty=-0.5, repetition_penalty=1.3
+        served,
+        presence_penalty=0.5,
+        frequency_penalty=-0.5,
+        repetition_penalty=1.3,
+        logit_bias={"5": -100, "7": 2.5},
+        min_tokens=3,
     )
     assert [type(p) for p in request.processors] == [
+        processors.MinLength,
+        processors.LogitBias,
         processors.RepetitionPenalty,
-        processors.PresencePenalty,
         processors.FrequencyPenalty,
+        processors.PresencePenalty,
     ]
+    assert request.processors[1].bias == {5: -100.0, 7: 2.5}
+    neutral = read(served).processors
+    assert [p.get_structure() for p in neutral] == [
+        p.get_structure() for p in request.processors[2:]
+    ]
+
+
+def test_stop_token_ids_and_ignore_eos(served):
+    assert read(served).config.stop_token_ids is None  # the model's end tokens
+    assert read(served, stop_token_ids=[4]).config.stop_token_ids == [0, 4]
+    assert read(served, ignore_eos=True).config.stop_token_ids == []
+    assert read(served, ignore_eos=True, stop_token_ids=[4]).config.stop_token_ids == [4]
 
 
 def test_batch_keys(served):
@@ -114,6 +152,20 @@ def test_prompt_forms(served):
         ({"seed": 1.5}, "seed", 400),
         ({"presence_penalty": 3}, "presence_penalty", 400),
         ({"repetition_penalty": 0}, "repetition_penalty", 400),
+        ({"repetition_penalty": 1e-45}, "repetition_penalty", 400),
+        ({"frequency_penalty": -3e38}, "frequency_penalty", 400),
+        ({"temperature": -1}, "temperature", 400),
+        ({"temperature": float("nan")}, "temperature", 400),
+        ({"temperature": float("inf")}, "temperature", 400),
+        ({"top_k": -2}, "top_k", 400),
+        ({"top_k": 2.5}, "top_k", 400),
+        ({"min_p": 1.5}, "min_p", 400),
+        ({"min_tokens": -1}, "min_tokens", 400),
+        ({"logit_bias": {"5": 101}}, "logit_bias", 400),
+        ({"logit_bias": {"5": float("nan")}}, "logit_bias", 400),
+        ({"logit_bias": {"x": 1}}, "logit_bias", 400),
+        ({"logit_bias": {"100000": 1}}, "logit_bias", 400),
+        ({"stop_token_ids": ["a"]}, "stop_token_ids", 400),
     ],
 )
 def test_bad_fields(served, fields, param, status):

@@ -357,27 +357,34 @@ class GenerationConfig:
         `max_new_tokens` and `max_length` replace each other as a pair, and
         a decoding mode that `overrides` chooses clears the others: its
         `do_sample=True` ends beam and contrastive search, its
-        `num_beams > 1` or `penalty_alpha > 0` ends sampling.
+        `num_beams > 1` or `penalty_alpha > 0` ends sampling, and sampling
+        numbers without `do_sample` turn sampling on (but tune a beam or
+        contrastive search of this config).
         """
         overrides = GenerationConfig.from_dict(overrides)
         values = self._values()
         if overrides.sets(GROUPS["length"]):
             values.pop("max_new_tokens", None)
             values.pop("max_length", None)
-        values.update(overrides._mode())
+        values.update(overrides._mode(self))
         values.update(overrides._values())
         return GenerationConfig(**values)
 
     def _values(self):
         return {name: getattr(self, name) for name in OPTIONS if getattr(self, name) is not None}
 
-    def _mode(self):
-        """The decoding-mode options this config implies by what it sets."""
+    def _mode(self, base):
+        """The decoding-mode options this config implies over `base`.
+
+        Sampling numbers without `do_sample` mean sampling, unless `base`
+        searches with beams or contrastively: then they tune that search.
+        """
         if (self.num_beams or 1) > 1 or (self.penalty_alpha or 0) > 0:
             return {"do_sample": False}
         if self.do_sample:
             return {"num_beams": 1, "penalty_alpha": 0.0}
-        if self.do_sample is None and self.sets(SAMPLING_NUMBERS):
+        searching = base.mode in ("beam", "contrastive")
+        if self.do_sample is None and self.sets(SAMPLING_NUMBERS) and not searching:
             return {"do_sample": True}
         return {}
 

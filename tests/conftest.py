@@ -78,6 +78,30 @@ def traces(torch_compiled):
     return lambda: backend.trace_count() - start
 
 
+# Backend compiles seen by JAX (XLA), counted from the first test on.
+_jax_compiles = [0]
+if keras.config.backend() == "jax":
+    import jax
+
+    def _count_jax_compile(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            _jax_compiles[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(_count_jax_compile)
+
+
+@pytest.fixture
+def compiles(torch_compiled):
+    """Counts compiles since the fixture was made: XLA backend compiles on
+    JAX (`jax.monitoring`), traced programs elsewhere (compiled torch
+    steps, with torch compiling)."""
+    if keras.config.backend() == "jax":
+        start = _jax_compiles[0]
+        return lambda: _jax_compiles[0] - start
+    start = backend.trace_count()
+    return lambda: backend.trace_count() - start
+
+
 if keras.config.backend() == "torch":
     import torch
 

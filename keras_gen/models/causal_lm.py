@@ -191,10 +191,12 @@ class CausalLM(keras.Model):
         self.sampler = sampler
         self.processors = processors
         self.generate_jit_compile = jit_compile
-        self.clear_programs()
+        # Compiled programs stay: they are found by structure, and the
+        # weights they read have not changed.
+        self.generate_function = None
 
     def clear_programs(self):
-        """Drop every compiled program (`compile` and `quantize` do)."""
+        """Drop every compiled program (`quantize` does: the weights change)."""
         with self._programs_lock:
             self._programs.clear()
         self.generate_function = None
@@ -380,8 +382,9 @@ class CausalLM(keras.Model):
         (see `get_structure`). A new sampler or processor object with new
         numbers reuses the program built for the first one of its
         structure; the numbers are program inputs. At most `MAX_PROGRAMS`
-        programs are kept, the least recently used dropped first.
-        `compile()` drops them all.
+        programs are kept, the least recently used dropped first;
+        `compile()` keeps them (it resets `generate_function`), `quantize()`
+        drops them.
 
         Args:
             processors: the logits processors; by default those a call
@@ -440,7 +443,12 @@ class CausalLM(keras.Model):
         A program keeps the sampler and processors it was built with (its
         structure); later calls bind their own numbers into them.
         """
-        key = (kind, sampler.get_structure(), processors_lib.structure(processors))
+        key = (
+            kind,
+            self.generate_jit_compile,
+            sampler.get_structure(),
+            processors_lib.structure(processors),
+        )
         with self._programs_lock:
             if key in self._programs:
                 self._programs.move_to_end(key)

@@ -28,6 +28,19 @@ NEUTRAL = {
 }
 # The filters of a sampled decode, by option name.
 FILTERS = ("top_k", "top_p", "min_p", "typical_p")
+# The processor each processor option builds.
+PROCESSOR_CLASSES = {
+    "bad_words_ids": processors_lib.BadWords,
+    "suppress_tokens": processors_lib.SuppressTokens,
+    "min_length": processors_lib.MinLength,
+    "min_new_tokens": processors_lib.MinLength,
+    "logit_bias": processors_lib.LogitBias,
+    "repetition_penalty": processors_lib.RepetitionPenalty,
+    "frequency_penalty": processors_lib.FrequencyPenalty,
+    "presence_penalty": processors_lib.PresencePenalty,
+    "no_repeat_ngram_size": processors_lib.NoRepeatNGram,
+    "forced_eos_token_id": processors_lib.ForcedEOS,
+}
 # Candidates per step of contrastive search when `top_k` does not say.
 CONTRASTIVE_TOP_K = 4
 
@@ -164,14 +177,27 @@ def resolve(base, call, sampler=None, processors=None, complete=False):
         sampler = build_sampler(config, complete)
     if processors is None:
         return config, sampler, tuple(build_processors(config, complete))
-    chain = list(processors)
-    for processor in build_processors(call):
-        kinds = [type(p) for p in chain]
-        if type(processor) in kinds:
-            chain[kinds.index(type(processor))] = processor
-        else:
-            chain.append(processor)
-    return config, sampler, tuple(chain)
+    return config, sampler, _adjust(tuple(processors), call)
+
+
+def _adjust(chain, call):
+    """`chain` with the processors `call`'s options ask for in place of
+    those of the same kind (an option at its neutral value removes its
+    kind), and any others after it."""
+    new = build_processors(call)
+    kinds = {
+        PROCESSOR_CLASSES[name]
+        for name in GROUPS["processors"]
+        if getattr(call, name) is not None
+    }
+    adjusted = []
+    for processor in chain:
+        if type(processor) not in kinds:
+            adjusted.append(processor)
+            continue
+        replacement = [p for p in new if type(p) is type(processor)]
+        adjusted += [p for p in replacement if p not in adjusted]
+    return tuple(adjusted + [p for p in new if p not in adjusted])
 
 
 def _value(config, name):

@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 from keras import ops
 
+import keras_gen
+from keras_gen import processors
 from keras_gen import samplers
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
@@ -269,3 +271,254 @@ def test_saving_round_trip(gpt2_lm, tmp_path):
     assert restored.generate(PROMPTS, max_new_tokens=5) == gpt2_lm.generate(
         PROMPTS, max_new_tokens=5
     )
+
+
+# --- programs found by structure ---------------------------------------------
+
+
+def _random_call(rng):
+    """A new sampler and processor chain of fixed structure, new numbers."""
+    sampler = samplers.TopKSampler(
+        k=int(rng.integers(1, 60)), temperature=float(rng.uniform(0.2, 2.0))
+    )
+    chain = [
+        processors.RepetitionPenalty(float(rng.uniform(1.0, 2.0))),
+        processors.PresencePenalty(float(rng.uniform(-1.0, 1.0))),
+    ]
+    return sampler, chain
+
+
+@pytest.mark.parametrize("how", ["compile", "assignment", "stream"])
+def test_new_sampler_objects_never_compile_again(gpt2_lm, compiles, how):
+    rng = np.random.default_rng(0)
+    counts = []
+    for i in range(20):
+        sampler, chain = _random_call(rng)
+        if how == "compile":
+            gpt2_lm.compile(sampler=sampler, processors=chain)
+            gpt2_lm.generate(PROMPTS, max_new_tokens=6, seed=i)
+        elif how == "assignment":
+            gpt2_lm.sampler = sampler
+            gpt2_lm.generate(PROMPTS, max_new_tokens=6, seed=i, processors=chain)
+        else:
+            gpt2_lm.sampler = sampler
+            for _ in gpt2_lm.stream(PROMPTS, max_new_tokens=6, processors=chain):
+                pass
+        counts.append(compiles())
+    assert counts[0] > 0
+    assert counts[-1] == counts[0], counts
+
+
+def test_new_numbers_change_the_tokens_of_the_shared_program(gpt2_lm):
+    # The program built for the first sampler reads the second's numbers.
+    gpt2_lm.compile(sampler=samplers.TopKSampler(k=30, temperature=1.5))
+    hot = gpt2_lm.generate(PROMPTS, max_new_tokens=8, seed=5)
+    gpt2_lm.compile(sampler=samplers.TopKSampler(k=1))
+    assert gpt2_lm.generate(PROMPTS, max_new_tokens=8, seed=5) == (
+        GPT2CausalLM(gpt2_lm.backbone).generate(PROMPTS, max_new_tokens=8)
+    )
+    assert hot != gpt2_lm.generate(PROMPTS, max_new_tokens=8, seed=5)
+
+
+def test_the_program_cache_is_bounded(gpt2_lm, monkeypatch):
+    from keras_gen.models import causal_lm
+
+    monkeypatch.setattr(causal_lm, "MAX_PROGRAMS", 2)
+    for sampler in ("greedy", "top_k", "top_p", "min_p"):
+        gpt2_lm.generate([1, 2], max_new_tokens=2, sampler=sampler)
+        assert len(gpt2_lm._programs) <= 2
+    # The most recent ones stay.
+    kinds = [key[2][0].__name__ for key in gpt2_lm._programs]
+    assert kinds == ["TopPSampler", "MinPSampler"]
+
+
+def test_quantize_drops_the_programs(gpt2_lm):
+    gpt2_lm.generate([1, 2], max_new_tokens=2)
+    assert gpt2_lm._programs
+    gpt2_lm.quantize("int8")
+    assert not gpt2_lm._programs
+
+
+# --- options and where they come from ----------------------------------------
+
+SAMPLED = dict(do_sample=True, top_k=5, temperature=0.9, repetition_penalty=1.3)
+
+
+@pytest.fixture
+def configured_lm(gpt2_backbone):
+    """A model whose `generation_config` samples, as a checkpoint's may."""
+    return GPT2CausalLM(gpt2_backbone, generation_config=dict(SAMPLED, max_new_tokens=7))
+
+
+def _compiled_like_config(backbone, **compile_kwargs):
+    lm = GPT2CausalLM(backbone)
+    lm.compile(
+        sampler=samplers.TopKSampler(k=5, temperature=0.9),
+        processors=[processors.RepetitionPenalty(1.3)],
+        **compile_kwargs,
+    )
+    return lm
+
+
+def test_the_model_generation_config_is_the_default(configured_lm, gpt2_backbone):
+    reference = _compiled_like_config(gpt2_backbone)
+    ours = configured_lm.generate(PROMPTS, seed=4)
+    assert ours == reference.generate(PROMPTS, max_new_tokens=7, seed=4)
+    assert [len(r) - len(p) for r, p in zip(ours, PROMPTS)] == [7, 7, 7]
+    assert ours != configured_lm.generate(PROMPTS, seed=5)
+
+
+def test_precedence(configured_lm, gpt2_backbone):
+    greedy = GPT2CausalLM(gpt2_backbone).generate(PROMPTS, max_new_tokens=7)
+    penalized_greedy = GPT2CausalLM(gpt2_backbone).generate(
+        PROMPTS, max_new_tokens=7, processors=[processors.RepetitionPenalty(1.3)]
+    )
+    lm = configured_lm
+    # Call keywords > the model's options.
+    assert lm.generate(PROMPTS, do_sample=False) == penalized_greedy
+    assert lm.generate(PROMPTS, temperature=0, repetition_penalty=1.0) == greedy
+    # The generation_config argument > the model's options; keywords > it.
+    config = keras_gen.GenerationConfig(do_sample=False, repetition_penalty=1.0)
+    assert lm.generate(PROMPTS, config) == greedy
+    assert lm.generate(PROMPTS, config, repetition_penalty=1.3) == penalized_greedy
+    # compile(sampler=...) > the model's sampling options (its penalty stays).
+    lm.compile(sampler="greedy")
+    assert lm.generate(PROMPTS) == penalized_greedy
+    # compile(processors=...) > the model's processor options.
+    lm.compile(sampler="greedy", processors=[])
+    assert lm.generate(PROMPTS) == greedy
+    # A call's numbers adjust a compiled sampler; its filters stay.
+    lm.compile(sampler=samplers.TopKSampler(k=1, temperature=0.5))
+    assert lm.generate(PROMPTS, temperature=1.7, seed=3) == penalized_greedy
+    # A call's penalty replaces the compiled one.
+    lm.compile(sampler="greedy", processors=[processors.RepetitionPenalty(1.3)])
+    assert lm.generate(PROMPTS, repetition_penalty=1.0) == greedy
+
+
+def test_filters_given_together_all_apply(gpt2_lm):
+    options = dict(max_new_tokens=10, return_dict=True, output_scores=True)
+    record = gpt2_lm.generate(
+        PROMPTS, do_sample=True, top_k=6, top_p=0.6, min_p=0.2, temperature=0.8,
+        seed=1, **options,
+    )
+    chained = GPT2CausalLM(gpt2_lm.backbone).generate(
+        PROMPTS,
+        sampler=samplers.RandomSampler(temperature=0.8),
+        processors=[],
+        seed=1,
+        **options,
+    )
+    assert record.token_ids != chained.token_ids
+    for scores, tokens in zip(record.scores, record.token_ids):
+        probabilities = np.exp(scores - scores.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
+        for step, token in enumerate(tokens):
+            p = probabilities[step]
+            # min-p, then top-k, then top-p of what they kept.
+            kept = np.flatnonzero(p >= 0.2 * p.max())
+            kept = kept[np.argsort(-p[kept], kind="stable")][:6]
+            q = p[kept] / p[kept].sum()
+            ascending = np.sort(q)
+            removed = min(int(np.sum(np.cumsum(ascending) <= 1 - 0.6)), len(q) - 1)
+            assert token in kept[q >= ascending[removed]]
+
+
+def test_num_return_sequences_samples_each_prompt_n_times(gpt2_lm):
+    rows = gpt2_lm.generate(
+        PROMPTS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, seed=0
+    )
+    assert [len(r) for r in rows] == [3, 3]
+    assert all(row[: len(p)] == p for group, p in zip(rows, PROMPTS) for row in group)
+    assert len({tuple(r) for r in rows[0]}) > 1
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        gpt2_lm.generate(PROMPTS, max_new_tokens=2, num_return_sequences=2)
+
+
+def test_generation_config_saving_round_trips(configured_lm, tmp_path):
+    path = str(tmp_path / "lm.keras")
+    configured_lm.save(path)
+    restored = keras.saving.load_model(path)
+    assert restored.generation_config == configured_lm.generation_config
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(temperatur=0.5), TypeError, "temperatur"),
+        (dict(stop_token_ids="eos"), TypeError, "stop_token_ids"),
+        (dict(generation_config=7), TypeError, "generation_config"),
+        (dict(draft_model="nonsense"), TypeError, "draft_model"),
+        (dict(temperature=1e-40, do_sample=True, top_k=3, top_p=1.5), ValueError, "top_p"),
+        (dict(logit_bias={70: 1.0}), ValueError, "vocabulary"),
+        (dict(sampler="nucleus"), ValueError, "Unknown sampler"),
+    ],
+)
+def test_bad_options_raise_clear_errors(gpt2_lm, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gpt2_lm.generate([1, 2], max_new_tokens=2, **kwargs)
+
+
+def test_compile_refuses_a_draft_that_is_not_a_model(gpt2_lm):
+    with pytest.raises(TypeError, match="draft_model"):
+        gpt2_lm.compile(draft_model="nonsense")
+
+
+def test_tiny_temperatures_decode_greedily_and_samplers_refuse_them(gpt2_lm):
+    greedy = gpt2_lm.generate(PROMPTS, max_new_tokens=8)
+    record = gpt2_lm.generate(
+        PROMPTS, max_new_tokens=8, do_sample=True, temperature=1e-40, seed=0,
+        return_dict=True, output_log_probs=True,
+    )
+    assert [p + t for p, t in zip(PROMPTS, record.token_ids)] == greedy
+    assert all(np.isfinite(lp).all() for lp in record.log_probs)
+    with pytest.raises(ValueError, match="temperature"):
+        samplers.TopKSampler(k=1, temperature=1e-40)
+    with pytest.raises(ValueError, match="temperature"):
+        samplers.TopKSampler(k=1, temperature=float("inf"))
+
+
+# Options that each change the distribution; combined at random below.
+VARIED = {
+    "temperature": [0.0, 1e-5, 0.3, 1.0, 50.0],
+    "top_k": [0, 1, 3, 1000],
+    "top_p": [1e-6, 0.5, 1.0],
+    "min_p": [0.0, 0.5, 1.0],
+    "typical_p": [0.2, 1.0],
+    "repetition_penalty": [0.01, 1.0, 100.0],
+    "presence_penalty": [-2.0, 2.0],
+    "frequency_penalty": [-2.0, 2.0],
+    "no_repeat_ngram_size": [0, 1, 2],
+    "logit_bias": [{3: float("-inf")}, {5: 1e9}, {7: -1e9}],
+    "suppress_tokens": [list(range(63)), [1, 2]],
+    "bad_words_ids": [[[4]], [[1, 2]]],
+    "min_new_tokens": [0, 5],
+}
+
+
+def test_no_accepted_option_combination_gives_nan(gpt2_lm):
+    rng = np.random.default_rng(1)
+    for trial in range(12):
+        options = {
+            name: values[rng.integers(len(values))]
+            for name, values in VARIED.items()
+            if rng.random() < 0.6
+        }
+        record = gpt2_lm.generate(
+            PROMPTS, max_new_tokens=6, stop_token_ids=[0], seed=trial,
+            return_dict=True, output_log_probs=True, output_scores=True, **options,
+        )
+        for log_probs, scores in zip(record.log_probs, record.scores):
+            assert not np.isnan(log_probs).any(), options
+            assert not np.isnan(scores).any() and not np.isposinf(scores).any(), options
+        assert all(0 <= t < 64 for row in record.token_ids for t in row)
+
+
+def test_a_row_with_every_token_banned_samples_from_the_model(gpt2_lm):
+    # Documented: the step then ignores the processors for that row.
+    everything = list(range(64))
+    record = gpt2_lm.generate(
+        [1, 2], max_new_tokens=4, suppress_tokens=everything, return_dict=True,
+        output_log_probs=True,
+    )
+    assert record.token_ids[0] == gpt2_lm.generate([1, 2], max_new_tokens=4)[2:]
+    assert np.isfinite(record.log_probs[0]).all()

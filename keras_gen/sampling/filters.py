@@ -63,8 +63,10 @@ def typical_filter(logits, mass):
     last = ops.sum(ops.cast(cumulative < mass, "int32"), axis=-1, keepdims=True)
     last = ops.minimum(last, ops.shape(logits)[-1] - 1)
     threshold = ops.take_along_axis(sorted_surprise, last, axis=-1)
-    # An all `-inf` row has NaN surprise: it stays all `-inf`.
-    return ops.where(surprise <= threshold, logits, NEG_INF)
+    # An all `-inf` row has NaN surprise: it stays all `-inf`. `mass >= 1`
+    # keeps everything, whatever the rounding of the running sum.
+    keep = ops.logical_or(surprise <= threshold, mass >= 1)
+    return ops.where(keep, logits, NEG_INF)
 
 
 def filter_logits(logits, top_k=None, top_p=None, min_p=None, typical_p=None):

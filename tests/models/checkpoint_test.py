@@ -240,3 +240,79 @@ def test_index_cannot_point_outside_the_folder(copy):
     (copy / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match="outside the folder"):
         CausalLM.from_pretrained(copy)
+
+
+def test_two_files_holding_the_same_tensor_are_refused(copy):
+    # Without an index every *.safetensors file is read: a stray file that
+    # repeats a tensor would otherwise win or lose silently.
+    weights = safetensors.numpy.load_file(copy / "model.safetensors")
+    name = "model.norm.weight"
+    safetensors.numpy.save_file(
+        {name: np.zeros_like(weights[name])}, copy / "zeros.safetensors"
+    )
+    with pytest.raises(ValueError, match="'model.norm.weight' is in both"):
+        CausalLM.from_pretrained(copy)
+
+
+@pytest.mark.parametrize(
+    "key, value, error",
+    [
+        ("num_hidden_layers", -1, ValueError),
+        ("num_hidden_layers", 0, ValueError),
+        ("num_hidden_layers", 2.5, TypeError),
+        ("hidden_size", "32", TypeError),
+        ("vocab_size", None, TypeError),
+    ],
+)
+def test_bad_sizes_in_the_config_are_refused(copy, key, value, error):
+    config = json.loads((copy / "config.json").read_text())
+    config[key] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(error, match=f"config.json's {key}"):
+        CausalLM.from_pretrained(copy)
+
+
+def test_gpt2_layer_count_is_checked(tmp_path):
+    model = hf_models.save_model_folder("gpt2", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_layer"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="n_layer"):
+        CausalLM.from_pretrained(tmp_path)
+    assert model is not None
+
+
+def test_tensors_the_config_does_not_use_are_named_in_a_warning(copy):
+    config = json.loads((copy / "config.json").read_text())
+    config["num_hidden_layers"] = 1
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"tensors .* not used .*model.layers.1"):
+        CausalLM.from_pretrained(copy)
+
+
+def test_end_token_outside_the_vocabulary_is_left_out_with_a_warning(copy):
+    # transformers' default 50256 on a small vocabulary.
+    for name in ("generation_config.json", "config.json"):
+        data = json.loads((copy / name).read_text())
+        data["eos_token_id"] = 50256
+        (copy / name).write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=r"\[50256\] is outside the model.s vocabulary"):
+        lm = CausalLM.from_pretrained(copy)
+    assert 50256 not in lm.tokenizer.eos_token_ids
+    assert lm.generation_config.eos_token_id is None
+    assert len(lm.generate([5, 6], max_new_tokens=3)) == 5
+
+
+def test_generation_config_round_trips_through_the_folder(llama, tmp_path):
+    lm = CausalLM.from_pretrained(llama[1])
+    lm.generation_config = lm.generation_config.replace(
+        do_sample=True, top_k=7, temperature=0.6, repetition_penalty=1.1
+    )
+    lm.save_pretrained(tmp_path)
+    loaded = CausalLM.from_pretrained(tmp_path)
+    assert loaded.generation_config == lm.generation_config
+    assert loaded.generate("hello", max_new_tokens=6, seed=2) == lm.generate(
+        "hello", max_new_tokens=6, seed=2
+    )
+    theirs = hf_models.transformers.GenerationConfig.from_pretrained(tmp_path)
+    assert (theirs.do_sample, theirs.top_k, theirs.temperature) == (True, 7, 0.6)

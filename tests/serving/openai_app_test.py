@@ -1,7 +1,9 @@
 """The HTTP server, end to end: a real uvicorn on 127.0.0.1 and httpx."""
 
 import json
+import os
 import socket
+import statistics
 import threading
 import time
 
@@ -45,6 +47,10 @@ def server():
     app = create_app(
         lm, model_name=MODEL, batch_wait_seconds=0.2, num_workers=2, max_batch_size=8
     )
+
+    @app.get("/test/fail")
+    async def fail():  # an unexpected error inside a handler
+        raise RuntimeError("boom")
     port = free_port()
     uvicorn_server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -347,3 +353,130 @@ def test_bad_chat_requests_and_routes(server):
     response = client.get("/v1/nothing")
     assert response.status_code == 404 and "error" in response.json()
     assert client.get("/v1/completions").status_code == 405
+
+
+def _rss_mb():
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _strict_json(text):
+    def refuse(constant):
+        raise AssertionError(f"{constant} in a JSON response")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+VARIED = {
+    "temperature": [0, 0.3, 0.7, 1.0, 1.6],
+    "top_k": [-1, 0, 1, 5, 40],
+    "top_p": [0.3, 0.8, 1.0],
+    "min_p": [0.0, 0.05, 0.3],
+    "presence_penalty": [-1.0, 0.0, 0.5, 2.0],
+    "frequency_penalty": [-0.5, 0.0, 1.0],
+    "repetition_penalty": [1.0, 1.1, 1.5],
+}
+
+
+def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
+    client, _, _ = server
+    wait_until_idle(client)
+    rng = __import__("numpy").random.default_rng(0)
+    same = {"prompt": "The for statement", "max_tokens": 12, "temperature": 0.7,
+            "top_k": 5, "seed": 1}
+
+    def ask(**fields):
+        started = time.perf_counter()
+        complete(client, **{"max_tokens": 12, **fields})
+        return time.perf_counter() - started
+
+    # Warm-up: a greedy and a sampled request per prompt compile the
+    # programs of each shape bucket; settings never compile.
+    for prompt in PROMPTS:
+        ask(**{**same, "prompt": prompt})
+        ask(prompt=prompt, temperature=0)
+    start, rss = compiles(), _rss_mb()
+    varied = []
+    for i in range(100):
+        fields = {
+            name: values[rng.integers(len(values))]
+            for name, values in VARIED.items()
+            if rng.random() < 0.7
+        }
+        fields = {k: float(v) if isinstance(v, float) else int(v) for k, v in fields.items()}
+        varied.append(ask(prompt=PROMPTS[i % len(PROMPTS)], seed=i, **fields))
+    repeated = [ask(**same) for _ in range(20)]
+    assert compiles() == start, "a request compiled a new program"
+    assert _rss_mb() - rss < 100
+    assert statistics.median(varied) < 1.5 * statistics.median(repeated), (
+        statistics.median(varied), statistics.median(repeated)
+    )
+
+
+def test_top_k_top_p_and_min_p_apply_together(server):
+    client, lm, _ = server
+    fields = dict(temperature=1.3, top_k=8, top_p=0.7, min_p=0.1, seed=7)
+    for prompt in PROMPTS[:4]:
+        answer = complete(client, prompt, max_tokens=12, **fields)
+        text, _, _ = expected(lm, prompt, 12, **fields)
+        assert answer["choices"][0]["text"] == text
+    # Without the filters the same seed samples something else.
+    loose = [
+        complete(client, p, max_tokens=12, temperature=1.3, seed=7)["choices"][0]["text"]
+        for p in PROMPTS[:4]
+    ]
+    assert loose != [expected(lm, p, 12, **fields)[0] for p in PROMPTS[:4]]
+
+
+def test_responses_never_hold_nan_or_infinity(server):
+    from keras_gen.serving import openai_app
+
+    assert _strict_json(
+        openai_app._dumps({"a": [float("-inf"), float("nan"), float("inf"), 1.5]})
+    ) == {"a": [-9999.0, None, 9999.0, 1.5]}
+    client, _, _ = server
+    body = {"model": MODEL, "prompt": "The", "max_tokens": 6, "logprobs": 5,
+            "min_tokens": 6, "logit_bias": {"5": -100}, "seed": 0}
+    _strict_json(client.post("/v1/completions", json=body).text)
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                _strict_json(line[len("data: "):])
+
+
+def test_an_error_in_a_handler_is_a_500_on_a_connection_that_stays_open(server):
+    client, _, _ = server
+    host, port = client.base_url.host, client.base_url.port
+    request = f"GET {{}} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    with socket.create_connection((host, port), timeout=30) as sock:
+        reader = sock.makefile("rb")
+
+        def response():
+            status = reader.readline().decode()
+            headers = {}
+            while (line := reader.readline().decode().strip()):
+                key, value = line.split(":", 1)
+                headers[key.lower()] = value.strip()
+            return status, headers, reader.read(int(headers["content-length"]))
+
+        sock.sendall(request.format("/test/fail").encode())
+        status, headers, body = response()
+        assert " 500 " in status and headers.get("connection") != "close"
+        error = json.loads(body)["error"]
+        assert error["type"] == "server_error" and "boom" in error["message"]
+        sock.sendall(request.format("/health").encode())
+        status, _, body = response()
+        assert " 200 " in status and json.loads(body)["status"] == "ok"
+
+
+def test_deeply_nested_json_is_a_400(server):
+    client, _, _ = server
+    body = b"[" * 100_000 + b"]" * 100_000
+    response = client.post(
+        "/v1/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"

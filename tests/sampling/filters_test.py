@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_gen.sampling import filters
+
+RNG = np.random.default_rng(0)
+LOGITS = ops.convert_to_tensor((3 * RNG.standard_normal((6, 40))).astype("float32"))
+
+
+def kept(logits):
+    return np.isfinite(ops.convert_to_numpy(logits))
+
+
+def one_by_one(logits, top_k, top_p, min_p):
+    """The filters applied one after the other, in vLLM's order."""
+    logits = filters.min_p_filter(logits, min_p)
+    logits = filters.top_k_filter(logits, top_k) if top_k else logits
+    return filters.top_p_filter(logits, top_p)
+
+
+@pytest.mark.parametrize(
+    "top_k, top_p, min_p",
+    [(5, 0.7, 0.0), (0, 0.5, 0.1), (12, 1.0, 0.3), (3, 0.2, 0.05), (40, 0.95, 0.0)],
+)
+def test_combined_filter_equals_the_filters_one_after_the_other(top_k, top_p, min_p):
+    combined = filters.filter_logits(LOGITS, top_k=top_k, top_p=top_p, min_p=min_p)
+    np.testing.assert_array_equal(kept(combined), kept(one_by_one(LOGITS, top_k, top_p, min_p)))
+
+
+def test_values_may_be_tensors_and_neutral_values_keep_every_token():
+    tensors = {
+        "top_k": ops.convert_to_tensor(0, "int32"),
+        "top_p": ops.convert_to_tensor(1.0),
+        "min_p": ops.convert_to_tensor(0.0),
+        "typical_p": ops.convert_to_tensor(1.0),
+    }
+    assert kept(filters.filter_logits(LOGITS, **tensors)).all()
+    assert kept(filters.filter_logits(LOGITS)).all()
+
+
+def test_top_p_measures_mass_over_what_top_k_kept():
+    probabilities = np.array([[0.4, 0.3, 0.2, 0.1]], "float32")
+    logits = ops.convert_to_tensor(np.log(probabilities))
+    # Over the top 2 (0.4, 0.3 -> 0.57, 0.43), p=0.5 keeps one token; over
+    # all four it would keep two.
+    assert kept(filters.filter_logits(logits, top_k=2, top_p=0.5)).tolist() == [
+        [True, False, False, False]
+    ]
+    assert kept(filters.top_p_filter(logits, 0.5)).sum() == 2
+
+
+def test_rows_that_are_all_inf_stay_all_inf_without_nan():
+    logits = ops.convert_to_tensor(np.full((2, 8), -np.inf, "float32"))
+    out = ops.convert_to_numpy(
+        filters.filter_logits(logits, top_k=3, top_p=0.5, min_p=0.1, typical_p=0.5)
+    )
+    assert np.isneginf(out).all()

@@ -21,7 +21,16 @@ BACKENDS = ("jax", "tensorflow", "torch")
 # `--sampler` names, as the decoding-mode options they stand for (filled in
 # from the other flags, see `_sampler_options`); "random", "top_k", "top_p"
 # and "min_p" sample, with whichever filters the flags and the model give.
-SAMPLERS = ("greedy", "sample", "random", "top_k", "top_p", "min_p", "beam", "contrastive")
+SAMPLERS = (
+    "greedy",
+    "sample",
+    "random",
+    "top_k",
+    "top_p",
+    "min_p",
+    "beam",
+    "contrastive",
+)
 # Generation options with a flag of their own: `--max-new-tokens` for
 # `max_new_tokens`, and so on (`--stop` sets `stop_strings`).
 FLAG_OPTIONS = {

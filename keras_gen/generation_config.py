@@ -12,8 +12,6 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 MAX_NGRAM_SIZE = 16
 # Options that, given without `do_sample`, mean sampling.
 SAMPLING_NUMBERS = ("temperature", "top_k", "top_p", "min_p", "typical_p")
-# Below this temperature, decode greedily (as vLLM).
-GREEDY_TEMPERATURE = 1e-5
 STEP_OUTPUTS = {
     "output_log_probs": "log_probs",
     "output_scores": "scores",
@@ -22,14 +20,14 @@ STEP_OUTPUTS = {
 }
 
 
-def _via(class_name, name):
+def _via(class_name):
     """A check that builds the processor: its own rules, the option's name.
 
     Imported when used: this module loads without Keras (the `keras-gen`
     command reads its options before it chooses the backend).
     """
 
-    def check(value):
+    def check(name, value):
         from keras_gen import processors
 
         try:
@@ -41,44 +39,47 @@ def _via(class_name, name):
     return check
 
 
-def _early_stopping(value):
+def _int(low=None, high=None):
+    return lambda name, value: checks.check_int(name, value, low, high)
+
+
+def _number(low=None, high=None):
+    return lambda name, value: checks.check_number(name, value, low, high)
+
+
+def _early_stopping(name, value):
     if isinstance(value, bool) or value == "never":
         return value
-    raise ValueError(
-        f"`early_stopping` must be True, False or 'never'. Received: {value!r}"
-    )
+    raise ValueError(f"`{name}` must be True, False or 'never'. Received: {value!r}")
 
 
-def _stop_token_ids(value):
+def _stop_token_ids(name, value):
     if isinstance(value, str):
         if value == "auto":
             return None  # the default: the model's end tokens
         raise TypeError(
-            "`stop_token_ids` must be a list of token ids ('auto', the "
-            f"default, means the model's end tokens). Received: {value!r}"
+            f"`{name}` must be a list of token ids ('auto', the default, means "
+            f"the model's end tokens). Received: {value!r}"
         )
-    return checks.check_token_ids("stop_token_ids", value, allow_empty=True)
+    return checks.check_token_ids(name, value, allow_empty=True)
 
 
-def _logit_bias(value):
-    if not isinstance(value, dict):
-        raise TypeError(
-            f"`logit_bias` must be a dict {{token_id: bias}}. Received: {value!r}"
-        )
+def _logit_bias(name, value):
     from keras_gen import processors
 
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"`{name}` must be a dict {{token_id: bias}}. Received: {value!r}"
+        )
     try:
         return processors.LogitBias(value).bias
     except (TypeError, ValueError) as error:
-        raise type(error)(f"`logit_bias`: {error}") from None
-
-
-def _check(name, check, *bounds):
-    return lambda value: check(name, value, *bounds)
+        raise type(error)(f"`{name}`: {error}") from None
 
 
 def option(check, group, help):
-    """A field: unset (`None`) by default, with its check, group and help.
+    """A field: unset (`None`) by default, with its check (`check(name,
+    value)` returns the value to keep), group and help.
 
     Groups: `"length"` options replace each other as a pair in `merge`;
     `"sampling"` options are what a sampler object stands for;
@@ -123,97 +124,134 @@ class GenerationConfig:
     """
 
     # Lengths.
-    max_new_tokens: int = option(_check("max_new_tokens", checks.check_count),
-                                 "length", "New tokens per row.")
-    max_length: int = option(_check("max_length", checks.check_count),
-                             "length", "Prompt plus new tokens per row.")
-    min_new_tokens: int = option(_check("min_new_tokens", checks.check_int, 0),
-                                 "processors", "No end token before this many new tokens.")
-    min_length: int = option(_check("min_length", checks.check_int, 0),
-                             "processors", "No end token before this total length.")
-    max_time: float = option(_check("max_time", checks.check_positive), None,
-                             "Seconds; rows still running then end ('time').")
+    max_new_tokens: int = option(checks.check_count, "length", "New tokens per row.")
+    max_length: int = option(
+        checks.check_count, "length", "Prompt plus new tokens per row."
+    )
+    min_new_tokens: int = option(
+        _int(0), "processors", "No end token before this many new tokens."
+    )
+    min_length: int = option(
+        _int(0), "processors", "No end token before this total length."
+    )
+    max_time: float = option(
+        checks.check_positive, None, "Seconds; rows still running then end ('time')."
+    )
     # Decoding mode and sampling.
-    do_sample: bool = option(_check("do_sample", checks.check_bool), "sampling",
-                             "Sample instead of decoding greedily.")
-    temperature: float = option(_check("temperature", checks.check_number, 0),
-                                "sampling", "Divides the logits; below 1e-5 is greedy.")
-    top_k: int = option(_check("top_k", checks.check_int, 0), "sampling",
-                        "Keep the k most likely tokens (0: all).")
-    top_p: float = option(_check("top_p", checks.check_probability), "sampling",
-                          "Keep the fewest tokens whose mass reaches p (1: all).")
-    min_p: float = option(_check("min_p", checks.check_fraction), "sampling",
-                          "Keep tokens >= min_p times the top one's probability (0: all).")
-    typical_p: float = option(_check("typical_p", checks.check_probability),
-                              "sampling", "Locally typical sampling mass (1: all).")
-    seed: int = option(_check("seed", checks.check_int), None,
-                       "The same seed gives the same tokens.")
-    num_beams: int = option(_check("num_beams", checks.check_count), "sampling",
-                            "Beam search with this many beams (1: off).")
-    length_penalty: float = option(_check("length_penalty", checks.check_number, -5, 5),
-                                   "sampling", "Beam score: log-prob sum / length ** this.")
-    early_stopping: object = option(_early_stopping, "sampling",
-                                    "Beam search stop rule: True, False or 'never'.")
+    do_sample: bool = option(
+        checks.check_bool, "sampling", "Sample instead of decoding greedily."
+    )
+    temperature: float = option(
+        _number(0), "sampling", "Divides the logits; below 1e-5 is greedy."
+    )
+    top_k: int = option(_int(0), "sampling", "Keep the k most likely tokens (0: all).")
+    top_p: float = option(
+        checks.check_probability,
+        "sampling",
+        "Keep the fewest tokens whose mass reaches p (1: all).",
+    )
+    min_p: float = option(
+        checks.check_fraction,
+        "sampling",
+        "Keep tokens >= min_p times the top one's probability (0: all).",
+    )
+    typical_p: float = option(
+        checks.check_probability, "sampling", "Locally typical sampling mass (1: all)."
+    )
+    seed: int = option(_int(), None, "The same seed gives the same tokens.")
+    num_beams: int = option(
+        checks.check_count, "sampling", "Beam search with this many beams (1: off)."
+    )
+    length_penalty: float = option(
+        _number(-5, 5), "sampling", "Beam score: log-prob sum / length ** this."
+    )
+    early_stopping: object = option(
+        _early_stopping, "sampling", "Beam search stop rule: True, False or 'never'."
+    )
     num_return_sequences: int = option(
-        _check("num_return_sequences", checks.check_count), "sampling",
-        "Sequences per prompt (beam search or sampling).")
-    penalty_alpha: float = option(_check("penalty_alpha", checks.check_fraction),
-                                  "sampling", "Contrastive search penalty (0: off).")
+        checks.check_count,
+        "sampling",
+        "Sequences per prompt (beam search or sampling).",
+    )
+    penalty_alpha: float = option(
+        checks.check_fraction, "sampling", "Contrastive search penalty (0: off)."
+    )
     # Logits processors.
     repetition_penalty: float = option(
-        _via("RepetitionPenalty", "repetition_penalty"), "processors",
-        "Divide seen tokens' logits by it (1: off).")
+        _via("RepetitionPenalty"),
+        "processors",
+        "Divide seen tokens' logits by it (1: off).",
+    )
     presence_penalty: float = option(
-        _via("PresencePenalty", "presence_penalty"), "processors",
-        "Subtract from every generated token (0: off).")
+        _via("PresencePenalty"),
+        "processors",
+        "Subtract from every generated token (0: off).",
+    )
     frequency_penalty: float = option(
-        _via("FrequencyPenalty", "frequency_penalty"), "processors",
-        "Subtract per generated occurrence (0: off).")
+        _via("FrequencyPenalty"),
+        "processors",
+        "Subtract per generated occurrence (0: off).",
+    )
     no_repeat_ngram_size: int = option(
-        _check("no_repeat_ngram_size", checks.check_int, 0, MAX_NGRAM_SIZE),
-        "processors", "Never repeat an n-gram of this size (0: off).")
-    bad_words_ids: list = option(_check("bad_words_ids", checks.check_token_sequences),
-                                 "processors", "Token sequences never to generate.")
-    suppress_tokens: list = option(_check("suppress_tokens", checks.check_token_ids),
-                                   "processors", "Tokens never to generate.")
-    logit_bias: dict = option(_logit_bias, "processors",
-                              "Token id (or id tuple) -> bias; -inf bans.")
+        _int(0, MAX_NGRAM_SIZE),
+        "processors",
+        "Never repeat an n-gram of this size (0: off).",
+    )
+    bad_words_ids: list = option(
+        checks.check_token_sequences, "processors", "Token sequences never to generate."
+    )
+    suppress_tokens: list = option(
+        checks.check_token_ids, "processors", "Tokens never to generate."
+    )
+    logit_bias: dict = option(
+        _logit_bias, "processors", "Token id (or id tuple) -> bias; -inf bans."
+    )
     forced_eos_token_id: list = option(
-        _check("forced_eos_token_id", checks.check_token_ids), "processors",
-        "End token forced at each row's last position.")
+        checks.check_token_ids,
+        "processors",
+        "End token forced at each row's last position.",
+    )
     # Stopping.
-    eos_token_id: list = option(_check("eos_token_id", checks.check_token_ids), None,
-                                "The model's end token(s).")
-    stop_token_ids: list = option(_stop_token_ids, None,
-                                  "Ids that end a row ([]: never; default: eos).")
-    stop_strings: list = option(_check("stop_strings", checks.check_strings), None,
-                                "Strings that end a row (needs a tokenizer).")
-    stop_sequences: list = option(_check("stop_sequences", checks.check_token_sequences),
-                                  None, "Token id sequences that end a row.")
-    include_stop_string: bool = option(_check("include_stop_string", checks.check_bool),
-                                       None, "Keep the stop string in the text.")
+    eos_token_id: list = option(
+        checks.check_token_ids, None, "The model's end token(s)."
+    )
+    stop_token_ids: list = option(
+        _stop_token_ids, None, "Ids that end a row ([]: never; default: eos)."
+    )
+    stop_strings: list = option(
+        checks.check_strings, None, "Strings that end a row (needs a tokenizer)."
+    )
+    stop_sequences: list = option(
+        checks.check_token_sequences, None, "Token id sequences that end a row."
+    )
+    include_stop_string: bool = option(
+        checks.check_bool, None, "Keep the stop string in the text."
+    )
     # Per-step outputs.
-    output_scores: bool = option(_check("output_scores", checks.check_bool), None,
-                                 "Per-step logits after processors and temperature.")
-    output_logits: bool = option(_check("output_logits", checks.check_bool), None,
-                                 "Per-step raw logits.")
-    output_log_probs: bool = option(_check("output_log_probs", checks.check_bool),
-                                    None, "Per-step log-prob of the chosen token.")
+    output_scores: bool = option(
+        checks.check_bool, None, "Per-step logits after processors and temperature."
+    )
+    output_logits: bool = option(checks.check_bool, None, "Per-step raw logits.")
+    output_log_probs: bool = option(
+        checks.check_bool, None, "Per-step log-prob of the chosen token."
+    )
     output_hidden_states: bool = option(
-        _check("output_hidden_states", checks.check_bool), None,
-        "Per-step final hidden state.")
+        checks.check_bool, None, "Per-step final hidden state."
+    )
     # Speculative decoding.
     num_speculative_tokens: int = option(
-        _check("num_speculative_tokens", checks.check_count), None,
-        "Tokens a draft proposes per step.")
-    prompt_lookup_ngram: int = option(_check("prompt_lookup_ngram", checks.check_count),
-                                      None, "Draft by prompt lookup of this n-gram.")
+        checks.check_count, None, "Tokens a draft proposes per step."
+    )
+    prompt_lookup_ngram: int = option(
+        checks.check_count, None, "Draft by prompt lookup of this n-gram."
+    )
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is not None:
-                object.__setattr__(self, field.name, field.metadata["check"](value))
+                value = field.metadata["check"](field.name, value)
+                object.__setattr__(self, field.name, value)
         self._check_together()
 
     def _check_together(self):
@@ -232,7 +270,9 @@ class GenerationConfig:
                 "contrastive search do not sample. Give one of them."
             )
         if beams and contrastive:
-            raise ValueError("`num_beams > 1` and `penalty_alpha > 0` exclude each other.")
+            raise ValueError(
+                "`num_beams > 1` and `penalty_alpha > 0` exclude each other."
+            )
         if beams and (self.num_return_sequences or 1) > self.num_beams:
             raise ValueError(
                 "`num_return_sequences` must be <= `num_beams`. Received: "
@@ -282,7 +322,9 @@ class GenerationConfig:
             return cls(**values)
         except ValueError as error:
             warnings.warn(f"Ignoring the generation config's sampling options: {error}")
-            return cls(**{k: v for k, v in values.items() if k not in GROUPS["sampling"]})
+            return cls(
+                **{k: v for k, v in values.items() if k not in GROUPS["sampling"]}
+            )
 
     def to_dict(self):
         """The set options, JSON-ready (what `generation_config.json` holds)."""
@@ -371,7 +413,11 @@ class GenerationConfig:
         return GenerationConfig(**values)
 
     def _values(self):
-        return {name: getattr(self, name) for name in OPTIONS if getattr(self, name) is not None}
+        return {
+            name: getattr(self, name)
+            for name in OPTIONS
+            if getattr(self, name) is not None
+        }
 
     def _mode(self, base):
         """The decoding-mode options this config implies over `base`.
@@ -399,12 +445,16 @@ class GenerationConfig:
         if sampling is None:
             sampling = self.sets(SAMPLING_NUMBERS)
         temperature = 1.0 if self.temperature is None else self.temperature
-        return "sample" if sampling and temperature >= GREEDY_TEMPERATURE else "greedy"
+        return (
+            "sample" if sampling and temperature >= checks.MIN_TEMPERATURE else "greedy"
+        )
 
     @property
     def outputs(self):
         """The per-step outputs asked for, by name (`"scores"`, ...)."""
-        return tuple(name for option, name in STEP_OUTPUTS.items() if getattr(self, option))
+        return tuple(
+            name for option, name in STEP_OUTPUTS.items() if getattr(self, option)
+        )
 
 
 OPTIONS = {f.name: f.metadata for f in dataclasses.fields(GenerationConfig)}

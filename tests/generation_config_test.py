@@ -135,23 +135,39 @@ def test_stop_token_ids_auto_is_the_default():
     "base, overrides, mode, expected",
     [
         # The call's numbers adjust the model's sampling.
-        ({"do_sample": True, "top_k": 40, "temperature": 0.8}, {"temperature": 0.5},
-         "sample", {"top_k": 40, "temperature": 0.5}),
+        (
+            {"do_sample": True, "top_k": 40, "temperature": 0.8},
+            {"temperature": 0.5},
+            "sample",
+            {"top_k": 40, "temperature": 0.5},
+        ),
         # Numbers without do_sample mean sampling (vLLM, OpenAI)...
         ({"do_sample": False}, {"temperature": 0.7}, "sample", {"temperature": 0.7}),
         # ... and temperature 0 (below 1e-5) greedy.
         ({"do_sample": True, "top_k": 40}, {"temperature": 0}, "greedy", {}),
         ({"do_sample": True, "top_k": 40}, {"do_sample": False}, "greedy", {}),
         # A mode the call chooses ends the model's.
-        ({"do_sample": True, "top_k": 40}, {"num_beams": 4}, "beam",
-         {"do_sample": False}),
+        (
+            {"do_sample": True, "top_k": 40},
+            {"num_beams": 4},
+            "beam",
+            {"do_sample": False},
+        ),
         ({"num_beams": 4}, {"do_sample": True}, "sample", {"num_beams": 1}),
         ({"num_beams": 4}, {"temperature": 0.7}, "beam", {"temperature": 0.7}),
-        ({"penalty_alpha": 0.6, "top_k": 4}, {"do_sample": True}, "sample",
-         {"penalty_alpha": 0.0}),
+        (
+            {"penalty_alpha": 0.6, "top_k": 4},
+            {"do_sample": True},
+            "sample",
+            {"penalty_alpha": 0.0},
+        ),
         # Lengths replace each other.
-        ({"max_new_tokens": 64}, {"max_length": 30}, "greedy",
-         {"max_length": 30, "max_new_tokens": None}),
+        (
+            {"max_new_tokens": 64},
+            {"max_length": 30},
+            "greedy",
+            {"max_length": 30, "max_new_tokens": None},
+        ),
     ],
 )
 def test_merge(base, overrides, mode, expected):
@@ -184,10 +200,15 @@ def test_file_round_trip_and_transformers_reads_it(tmp_path):
     assert GenerationConfig.from_pretrained(tmp_path) == config
     theirs = transformers.GenerationConfig.from_pretrained(tmp_path)
     assert (theirs.do_sample, theirs.temperature, theirs.top_k, theirs.top_p) == (
-        True, 0.7, 20, 0.9
+        True,
+        0.7,
+        20,
+        0.9,
     )
     assert (theirs.min_p, theirs.repetition_penalty, theirs.max_new_tokens) == (
-        0.05, 1.1, 12
+        0.05,
+        1.1,
+        12,
     )
     assert theirs.eos_token_id == [2, 3] and theirs.bos_token_id == 1
 

@@ -1,6 +1,7 @@
 """The causal language model task: compile once, generate many times."""
 
 import collections
+import copy
 import functools
 import os
 import threading
@@ -13,13 +14,13 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
+from keras_gen.generation_config import OPTIONS
 from keras_gen.generation_config import GenerationConfig
 from keras_gen.models.backbone import Backbone
 from keras_gen.models.generation_request import GenerationRequest
-from keras_gen.sampling import options as options_lib
-from keras_gen.generation_config import OPTIONS
 from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
+from keras_gen.sampling import options as options_lib
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.utils.checks import check_count
 
@@ -255,9 +256,7 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def _start_loop(
-        self, inputs, prefill_length, outputs, processors=(), sampler=None
-    ):
+    def _start_loop(self, inputs, prefill_length, outputs, processors=(), sampler=None):
         """Seed the cache from the prompt; the loop state before step one."""
         sampler = sampler or self._defaults(None, processors)[0]
         token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
@@ -394,7 +393,7 @@ class CausalLM(keras.Model):
         """
         sampler, processors = self._defaults(sampler, processors)
 
-        def build():
+        def build(sampler, processors):
             return backend.compile_function(
                 functools.partial(
                     self.generate_step, processors=processors, sampler=sampler
@@ -417,7 +416,7 @@ class CausalLM(keras.Model):
         """
         sampler, processors = self._defaults(sampler, processors)
 
-        def build():
+        def build(sampler, processors):
             compile_function = functools.partial(
                 backend.compile_function,
                 variables=self._generation_variables(sampler),
@@ -440,8 +439,9 @@ class CausalLM(keras.Model):
     def _program(self, kind, sampler, processors, build):
         """The cached program of this kind and structure, or a new one.
 
-        A program keeps the sampler and processors it was built with (its
-        structure); later calls bind their own numbers into them.
+        `build(sampler, processors)` builds it around copies of the call's
+        objects: the program binds each call's numbers into its own copies,
+        never into objects a caller (or another thread) holds.
         """
         key = (
             kind,
@@ -453,7 +453,7 @@ class CausalLM(keras.Model):
             if key in self._programs:
                 self._programs.move_to_end(key)
                 return self._programs[key]
-        program = build()
+        program = build(copy.copy(sampler), tuple(copy.copy(p) for p in processors))
         with self._programs_lock:
             program = self._programs.setdefault(key, program)
             while len(self._programs) > MAX_PROGRAMS:
@@ -568,9 +568,7 @@ class CausalLM(keras.Model):
         request, sampler, config = self._prepare(
             inputs, generation_config, options, sampler, processors, draft_model
         )
-        return self._stream(
-            request, None, config.max_time, stream_chunk_size, sampler
-        )
+        return self._stream(request, None, config.max_time, stream_chunk_size, sampler)
 
     def _prepare(self, inputs, generation_config, options, sampler, processors, draft):
         """The host-side request, sampler and options of one call."""
@@ -580,8 +578,14 @@ class CausalLM(keras.Model):
         request = GenerationRequest(self, inputs, config, sampler, processors, seed)
         return request, sampler, config
 
-    def _resolve(self, generation_config, options, sampler=None, processors=None,
-                 draft_model=None):
+    def _resolve(
+        self,
+        generation_config,
+        options,
+        sampler=None,
+        processors=None,
+        draft_model=None,
+    ):
         """`(config, sampler, processors, seed)` of a call: see `generate`."""
         call = _call_options(generation_config, options)
         compiled = self.sampler if sampler is None else samplers.get(sampler)
@@ -642,8 +646,7 @@ class CausalLM(keras.Model):
                         loop = advance(loop)
                     advanced = False
                     time_is_up = (
-                        max_time is not None
-                        and time.monotonic() - started >= max_time
+                        max_time is not None and time.monotonic() - started >= max_time
                     )
                     # A speculative chunk is `chunk_size` steps (each of one
                     # or more tokens per row); `lengths` says how far.
@@ -730,7 +733,5 @@ class CausalLM(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(
-            config["backbone"]
-        )
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)

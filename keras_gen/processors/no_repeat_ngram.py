@@ -10,7 +10,6 @@ from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.utils.checks import check_count
 
 
-
 class NoRepeatNGram(LogitsProcessor):
     """Bans any token that would repeat an n-gram of the sequence so far.
 

@@ -3,8 +3,8 @@
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.sampling import filters
 from keras_gen.samplers.sampler import Sampler
+from keras_gen.sampling import filters
 from keras_gen.utils.checks import check_fraction
 from keras_gen.utils.checks import check_int
 from keras_gen.utils.checks import check_probability

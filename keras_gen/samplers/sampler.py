@@ -6,13 +6,8 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen.sampling import stopping
-from keras_gen.utils.checks import check_number
+from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
-
-
-# Below this temperature logits divided by it overflow float32: samplers
-# refuse it, and `GenerationConfig` decodes greedily instead (as vLLM).
-MIN_TEMPERATURE = 1e-5
 
 
 class Sampler(Tunable):
@@ -88,7 +83,7 @@ class Sampler(Tunable):
 
     def get_parameters(self):
         """The tunable numbers, checked, as a dict of Python numbers."""
-        return {"temperature": check_temperature(self.temperature)}
+        return {"temperature": check_temperature("temperature", self.temperature)}
 
     def get_next_token(self, logits, seed):
         """Pick `(batch,)` token ids from `(batch, vocab)` float32 logits.
@@ -311,13 +306,3 @@ class Sampler(Tunable):
     def from_config(cls, config):
         return cls(**config)
 
-
-def check_temperature(value):
-    try:
-        return check_number("temperature", value, low=MIN_TEMPERATURE)
-    except ValueError:
-        raise ValueError(
-            f"`temperature` must be a finite number >= {MIN_TEMPERATURE}: lower "
-            "ones overflow the logits (use GreedySampler, or temperature=0 in "
-            f"`generate`, to decode greedily). Received: temperature={value}"
-        ) from None

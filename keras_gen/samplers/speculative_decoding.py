@@ -2,14 +2,15 @@
 
 import collections
 import contextlib
+import copy
 
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.sampling import stopping
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
+from keras_gen.sampling import stopping
 from keras_gen.utils.checks import check_count
 
 
@@ -36,9 +37,7 @@ def prompt_lookup(token_ids, lengths, ngram, num_tokens):
     """
     batch, length = ops.shape(token_ids)
     starts = ops.arange(length, dtype="int32")[None, :]  # candidate s
-    padded = ops.concatenate(
-        [token_ids, ops.full((batch, ngram), -1, "int32")], axis=1
-    )
+    padded = ops.concatenate([token_ids, ops.full((batch, ngram), -1, "int32")], axis=1)
     match = starts + ngram <= (lengths - 1)[:, None]
     for t in range(ngram):
         last = take_rows(token_ids, ops.maximum(lengths - ngram + t, 0)[:, None])
@@ -178,6 +177,14 @@ class SpeculativeSampler(Sampler):
         # past it (and never keeps them).
         self.lookahead = self.num_speculative_tokens + 1
 
+    def __copy__(self):
+        # A copy binds its numbers into a copy of the wrapped sampler too;
+        # the models are shared.
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__getstate__())
+        clone.sampler = copy.copy(self.sampler)
+        return clone
+
     @property
     def speculation(self):
         return Speculation(
@@ -247,9 +254,7 @@ class SpeculativeSampler(Sampler):
         if self.draft is None:
             return loop
         cache_length = ops.shape(loop["token_ids"])[1]
-        _, draft_state = self.draft.build_state(
-            prompt, mask, cache_length=cache_length
-        )
+        _, draft_state = self.draft.build_state(prompt, mask, cache_length=cache_length)
         return {**loop, "draft_state": draft_state}
 
     def cond(self, loop):
@@ -298,9 +303,7 @@ class SpeculativeSampler(Sampler):
         lengths, token_ids = loop["lengths"], loop["token_ids"]
         count = self.num_speculative_tokens
         if self.draft is None:
-            drafts = prompt_lookup(
-                token_ids, lengths, self.prompt_lookup_ngram, count
-            )
+            drafts = prompt_lookup(token_ids, lengths, self.prompt_lookup_ngram, count)
             token_ids = backend.update_rows(token_ids, drafts, lengths, axis=1)
             probabilities = None
             if not self.greedy:
@@ -311,9 +314,7 @@ class SpeculativeSampler(Sampler):
         # proposal, the draft has not seen the last one.
         first = ops.maximum(lengths - 2, 0)
         pair = take_rows(token_ids, first[:, None] + ops.arange(2, dtype="int32"))
-        logits, _, state = self.draft.call_with_state(
-            pair, loop["draft_state"], first
-        )
+        logits, _, state = self.draft.call_with_state(pair, loop["draft_state"], first)
         logits = ops.take_along_axis(
             logits, (lengths - 1 - first)[:, None, None], axis=1
         )[:, 0]

@@ -133,7 +133,11 @@ _SAMPLER_OPTIONS = {
         **{name: getattr(s, name) for name in FILTERS if getattr(s, name) is not None},
     },
     samplers.TopKSampler: lambda s: {"do_sample": True, "top_k": s.k},
-    samplers.TopPSampler: lambda s: {"do_sample": True, "top_p": s.p, "top_k": s.k or 0},
+    samplers.TopPSampler: lambda s: {
+        "do_sample": True,
+        "top_p": s.p,
+        "top_k": s.k or 0,
+    },
     samplers.MinPSampler: lambda s: {"do_sample": True, "min_p": s.p},
     samplers.BeamSampler: lambda s: {
         "num_beams": s.num_beams,

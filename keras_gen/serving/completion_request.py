@@ -306,13 +306,17 @@ class CompletionRequest:
         fields = {option: field for field, option in OPTION_FIELDS.items()}
         fields["stop_token_ids"] = "stop_token_ids"
         try:
-            return GenerationConfig(**{k: v for k, v in options.items() if v is not None})
+            return GenerationConfig(
+                **{k: v for k, v in options.items() if v is not None}
+            )
         except (TypeError, ValueError) as error:
             name = next((n for n in options if f"`{n}`" in str(error)), None)
             raise APIError(
                 f"Invalid value: {error}",
                 param=fields.get(name, name),
-                code="invalid_type" if isinstance(error, TypeError) else "invalid_value",
+                code=(
+                    "invalid_type" if isinstance(error, TypeError) else "invalid_value"
+                ),
             ) from None
 
     def _read_logit_bias(self, body, model):

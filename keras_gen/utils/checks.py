@@ -11,6 +11,10 @@ import math
 
 import numpy as np
 
+# Below this temperature, logits divided by it overflow float32: samplers
+# refuse it, and `GenerationConfig` decodes greedily instead (as vLLM).
+MIN_TEMPERATURE = 1e-5
+
 
 def is_int(value):
     """A Python or numpy integer, not a bool."""
@@ -59,8 +63,16 @@ def check_positive(name, value):
     return check_number(name, value, low=0, low_open=True)
 
 
-def check_finite(name, value):
-    return check_number(name, value)
+def check_temperature(name, value):
+    """A finite float >= `MIN_TEMPERATURE`, with a hint for lower ones."""
+    try:
+        return check_number(name, value, low=MIN_TEMPERATURE)
+    except ValueError:
+        raise ValueError(
+            f"`{name}` must be a finite number >= {MIN_TEMPERATURE}: lower ones "
+            "overflow the logits (use GreedySampler, or temperature=0 in "
+            f"`generate`, to decode greedily). Received: {name}={value}"
+        ) from None
 
 
 def check_probability(name, value):

@@ -16,6 +16,14 @@ def test_example_runs(name, capsys):
 
 
 @pytest.mark.only_backend("jax")
+def test_generation_options_example_runs(capsys):
+    runpy.run_path(str(EXAMPLES / "generation_options.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.startswith("GenerationConfig(max_new_tokens=64, do_sample=True")
+    assert "A class definition" in out and "Exceptions are" in out
+
+
+@pytest.mark.only_backend("jax")
 def test_distributed_generate_runs_on_8_devices():
     # A subprocess: the example fakes 8 CPU devices before JAX starts.
     root = EXAMPLES.parent

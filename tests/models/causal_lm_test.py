@@ -320,6 +320,7 @@ def test_new_numbers_change_the_tokens_of_the_shared_program(gpt2_lm):
     assert hot != gpt2_lm.generate(PROMPTS, max_new_tokens=8, seed=5)
 
 
+@pytest.mark.only_backend("jax")
 def test_the_program_cache_is_bounded(gpt2_lm, monkeypatch):
     from keras_gen.models import causal_lm
 
@@ -332,6 +333,7 @@ def test_the_program_cache_is_bounded(gpt2_lm, monkeypatch):
     assert kinds == ["TopPSampler", "MinPSampler"]
 
 
+@pytest.mark.only_backend("jax")
 def test_quantize_drops_the_programs(gpt2_lm):
     gpt2_lm.generate([1, 2], max_new_tokens=2)
     assert gpt2_lm._programs
@@ -477,21 +479,22 @@ def test_tiny_temperatures_decode_greedily_and_samplers_refuse_them(gpt2_lm):
         samplers.TopKSampler(k=1, temperature=float("inf"))
 
 
-# Options that each change the distribution; combined at random below.
-VARIED = {
-    "temperature": [0.0, 1e-5, 0.3, 1.0, 50.0],
-    "top_k": [0, 1, 3, 1000],
-    "top_p": [1e-6, 0.5, 1.0],
-    "min_p": [0.0, 0.5, 1.0],
-    "typical_p": [0.2, 1.0],
-    "repetition_penalty": [0.01, 1.0, 100.0],
+# Extreme values of every option, none neutral (so that every trial runs
+# the same processors and filters: one program, two with greedy).
+EXTREMES = {
+    "temperature": [0.0, 1e-5, 0.3, 50.0],
+    "top_k": [1, 3, 1000],
+    "top_p": [1e-6, 0.5, 0.999],
+    "min_p": [1e-6, 0.5, 1.0],
+    "typical_p": [0.2, 0.999],
+    "repetition_penalty": [0.01, 100.0],
     "presence_penalty": [-2.0, 2.0],
     "frequency_penalty": [-2.0, 2.0],
-    "no_repeat_ngram_size": [0, 1, 2],
+    "no_repeat_ngram_size": [1, 2],
     "logit_bias": [{3: float("-inf")}, {5: 1e9}, {7: -1e9}],
-    "suppress_tokens": [list(range(63)), [1, 2]],
+    "suppress_tokens": [list(range(63)), list(range(10, 60))],
     "bad_words_ids": [[[4]], [[1, 2]]],
-    "min_new_tokens": [0, 5],
+    "min_new_tokens": [1, 5],
 }
 
 
@@ -499,9 +502,7 @@ def test_no_accepted_option_combination_gives_nan(gpt2_lm):
     rng = np.random.default_rng(1)
     for trial in range(12):
         options = {
-            name: values[rng.integers(len(values))]
-            for name, values in VARIED.items()
-            if rng.random() < 0.6
+            name: values[rng.integers(len(values))] for name, values in EXTREMES.items()
         }
         record = gpt2_lm.generate(
             PROMPTS, max_new_tokens=6, stop_token_ids=[0], seed=trial,
@@ -522,3 +523,36 @@ def test_a_row_with_every_token_banned_samples_from_the_model(gpt2_lm):
     )
     assert record.token_ids[0] == gpt2_lm.generate([1, 2], max_new_tokens=4)[2:]
     assert np.isfinite(record.log_probs[0]).all()
+
+
+def test_threads_sharing_a_program_each_get_their_own_numbers(gpt2_backbone):
+    # Both threads trace (or, on torch, run) the same program at once; each
+    # binds its own sampler's numbers.
+    import threading
+
+    lm = GPT2CausalLM(gpt2_backbone)
+    greedy = GPT2CausalLM(gpt2_backbone).generate(PROMPTS, max_new_tokens=8)
+    results, errors = {}, []
+
+    def run(name, sampler):
+        try:
+            results[name] = [
+                lm.generate(PROMPTS, max_new_tokens=8, sampler=sampler, seed=i)
+                for i in range(3)
+            ]
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=run, args=("cold", samplers.TopKSampler(k=1))),
+        threading.Thread(
+            target=run, args=("hot", samplers.TopKSampler(k=60, temperature=3.0))
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert results["cold"] == [greedy] * 3
+    assert any(rows != greedy for rows in results["hot"])

@@ -303,6 +303,7 @@ def test_end_token_outside_the_vocabulary_is_left_out_with_a_warning(copy):
     assert len(lm.generate([5, 6], max_new_tokens=3)) == 5
 
 
+@pytest.mark.only_backend("jax")
 def test_generation_config_round_trips_through_the_folder(llama, tmp_path):
     lm = CausalLM.from_pretrained(llama[1])
     lm.generation_config = lm.generation_config.replace(

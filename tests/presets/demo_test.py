@@ -10,6 +10,7 @@ import pytest
 
 from keras_gen import presets
 from keras_gen import processors
+from keras_gen import samplers
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
 
@@ -51,16 +52,44 @@ def test_from_preset_loads_the_demo_model(demo):
 
 def test_demo_writes_english_about_python(demo):
     # Greedy decoding of a model this small loops on newlines without a
-    # repetition penalty (the CLI takes it from generation_config.json).
+    # repetition penalty.
     text = demo.generate(
         "The for statement",
         max_new_tokens=48,
         strip_prompt=True,
+        do_sample=False,
         processors=[processors.RepetitionPenalty(1.3)],
     )
     words = re.findall(r"[A-Za-z]+", text.lower())
     assert len(words) >= 10, text
     assert len(COMMON_WORDS & set(words)) >= 3, text
+
+
+def test_demo_samples_with_its_generation_config(demo):
+    # generation_config.json: top-k 40, temperature 0.8, repetition penalty
+    # 1.2, 64 new tokens; the same as compiling them.
+    assert demo.generation_config.to_dict() == {
+        "max_new_tokens": 64,
+        "do_sample": True,
+        "temperature": 0.8,
+        "top_k": 40,
+        "repetition_penalty": 1.2,
+        "eos_token_id": [0],
+    }
+    prompts = ["The for statement", "A class"]
+    ours = demo.generate(prompts, seed=0, return_dict=True)
+    compiled = CausalLM.from_preset("demo")
+    compiled.compile(
+        sampler=samplers.TopKSampler(k=40, temperature=0.8),
+        processors=[processors.RepetitionPenalty(1.2)],
+    )
+    theirs = compiled.generate(prompts, max_new_tokens=64, seed=0, return_dict=True)
+    assert ours.token_ids == theirs.token_ids
+    assert not ours.text[0].endswith("\n\n\n")
+    # compile(sampler="greedy") still decodes greedily (with the penalty).
+    compiled.compile(sampler="greedy")
+    greedy = demo.generate(prompts, do_sample=False, max_new_tokens=16)
+    assert compiled.generate(prompts, max_new_tokens=16) == greedy
 
 
 def test_from_preset_errors(tmp_path):

@@ -25,7 +25,9 @@ def one_by_one(logits, top_k, top_p, min_p):
 )
 def test_combined_filter_equals_the_filters_one_after_the_other(top_k, top_p, min_p):
     combined = filters.filter_logits(LOGITS, top_k=top_k, top_p=top_p, min_p=min_p)
-    np.testing.assert_array_equal(kept(combined), kept(one_by_one(LOGITS, top_k, top_p, min_p)))
+    np.testing.assert_array_equal(
+        kept(combined), kept(one_by_one(LOGITS, top_k, top_p, min_p))
+    )
 
 
 def test_values_may_be_tensors_and_neutral_values_keep_every_token():

@@ -22,7 +22,10 @@ def test_modes_pick_samplers():
     # ... unless every request must share it.
     complete = options.build_sampler(GenerationConfig(temperature=0.7), complete=True)
     assert complete.get_parameters() == {
-        "temperature": 0.7, "top_k": 0, "top_p": 1.0, "min_p": 0.0
+        "temperature": 0.7,
+        "top_k": 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
     }
 
 
@@ -105,7 +108,9 @@ def test_a_custom_sampler_cannot_take_sampling_options():
             return logits.argmax(-1)
 
     custom = ArgmaxSampler()
-    _, sampler, _ = options.resolve(GenerationConfig(), GenerationConfig(seed=1), custom)
+    _, sampler, _ = options.resolve(
+        GenerationConfig(), GenerationConfig(seed=1), custom
+    )
     assert sampler is custom
     with pytest.raises(ValueError, match="not a built-in sampler.*temperature"):
         options.resolve(GenerationConfig(), GenerationConfig(temperature=0.5), custom)
@@ -116,7 +121,9 @@ def test_call_processor_options_replace_or_join_a_chain():
     call = GenerationConfig(repetition_penalty=1.1, presence_penalty=0.3)
     _, _, adjusted = options.resolve(GenerationConfig(), call, None, chain)
     assert [type(p) for p in adjusted] == [
-        processors.NoRepeatNGram, processors.RepetitionPenalty, processors.PresencePenalty
+        processors.NoRepeatNGram,
+        processors.RepetitionPenalty,
+        processors.PresencePenalty,
     ]
     assert adjusted[1].penalty == 1.1
     _, _, removed = options.resolve(

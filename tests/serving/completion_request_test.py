@@ -2,7 +2,6 @@ import types
 
 import pytest
 
-
 from keras_gen import GenerationConfig
 from keras_gen import processors
 from keras_gen import samplers

@@ -7,8 +7,8 @@ converter interface is the one `gpt2_checkpoint` describes.
 """
 
 from keras_gen.layers.rotary_embedding import SCALINGS
-from keras_gen.models.llama.llama_backbone import LlamaBackbone
 from keras_gen.models.gpt2.gpt2_checkpoint import size
+from keras_gen.models.llama.llama_backbone import LlamaBackbone
 from keras_gen.models.llama.llama_causal_lm import LlamaCausalLM
 
 CAUSAL_LM_CLASS = LlamaCausalLM

@@ -32,6 +32,8 @@ setup(
         "numpy",
         "tokenizers",
         "safetensors",
+        # The serving engine's metrics (`keras_gen.serving.Engine`).
+        "prometheus-client>=0.17",
     ],
     extras_require={
         "jax": JAX,

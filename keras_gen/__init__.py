@@ -26,6 +26,7 @@ _EXPORTS = {
     "LlamaCausalLM": "keras_gen.models",
     "Tokenizer": "keras_gen.tokenizers",
     "GenerationOutput": "keras_gen.streaming",
+    "Engine": "keras_gen.serving",
 }
 __all__ = [*_SUBMODULES, *_EXPORTS]
 

@@ -10,6 +10,8 @@ from keras_gen.utils import checks
 GENERATION_CONFIG_FILE = "generation_config.json"
 # `NoRepeatNGram` unrolls its comparison up to this size.
 MAX_NGRAM_SIZE = 16
+# The most alternatives `top_logprobs` may ask for (OpenAI's limit).
+MAX_TOP_LOGPROBS = 20
 # Options that, given without `do_sample`, mean sampling.
 SAMPLING_NUMBERS = ("temperature", "top_k", "top_p", "min_p", "typical_p")
 STEP_OUTPUTS = {
@@ -238,6 +240,11 @@ class GenerationConfig:
     output_hidden_states: bool = option(
         checks.check_bool, None, "Per-step final hidden state."
     )
+    top_logprobs: int = option(
+        _int(0, MAX_TOP_LOGPROBS),
+        None,
+        "Per step, the log-probs of this many most likely tokens.",
+    )
     # Speculative decoding.
     num_speculative_tokens: int = option(
         checks.check_count, None, "Tokens a draft proposes per step."
@@ -452,9 +459,10 @@ class GenerationConfig:
     @property
     def outputs(self):
         """The per-step outputs asked for, by name (`"scores"`, ...)."""
-        return tuple(
-            name for option, name in STEP_OUTPUTS.items() if getattr(self, option)
-        )
+        names = [name for option, name in STEP_OUTPUTS.items() if getattr(self, option)]
+        if self.top_logprobs:
+            names += ["top_token_ids", "top_log_probs"]
+        return tuple(names)
 
 
 OPTIONS = {f.name: f.metadata for f in dataclasses.fields(GenerationConfig)}

@@ -108,6 +108,13 @@ def update_rows(x, update, starts, axis, donate=False):
     return _impl.update_rows(x, update, starts, axis, donate=donate)
 
 
+def update_block(x, update, starts, donate=False):
+    """`x` with the block `update` written at `starts`, one scalar tensor
+    per axis (the engine seeds one slot's cache rows this way). `donate` as
+    in `update_slice`."""
+    return _impl.update_block(x, update, starts, donate=donate)
+
+
 def matmul_transposed(x, y):
     """`x @ y.T`: `(..., n)` against every row of a `(m, n)` matrix `y`.
 
@@ -132,7 +139,14 @@ def count_tokens(token_ids, weights, vocabulary_size):
 
 
 def uniform(shape, seed):
-    """Uniform floats in [0, 1) drawn from an explicit `(2,)` int32 seed."""
+    """Uniform floats in [0, 1) drawn from an explicit int32 seed.
+
+    `seed` is `(2,)`: one draw of the whole `shape`. Or `(shape[0], 2)`:
+    row `b` is drawn from `seed[b]` alone, so a row's numbers do not depend
+    on the other rows (or on how many there are).
+    """
+    if len(keras.ops.shape(seed)) == 2:
+        return _impl.uniform_rows(shape, seed)
     return _impl.uniform(shape, seed)
 
 

@@ -58,6 +58,10 @@ def update_rows(x, update, starts, axis, donate=False):
     return jax.vmap(update_row)(x, update, jax.numpy.asarray(starts, "int32"))
 
 
+def update_block(x, update, starts, donate=False):
+    return jax.lax.dynamic_update_slice(x, update.astype(x.dtype), tuple(starts))
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     jnp = jax.numpy
     token_ids = jnp.asarray(token_ids, "int32")
@@ -75,6 +79,10 @@ def uniform(shape, seed):
         jax.numpy.asarray(seed).astype("uint32"), impl="threefry2x32"
     )
     return jax.random.uniform(key, shape, dtype="float32")
+
+
+def uniform_rows(shape, seeds):
+    return jax.vmap(lambda seed: uniform(tuple(shape[1:]), seed))(seeds)
 
 
 def distribute_tensor(x, layout):

@@ -105,6 +105,11 @@ def update_rows(x, update, starts, axis, donate=False):
     return tf.tensor_scatter_nd_update(x, indices, tf.cast(update, x.dtype))
 
 
+def update_block(x, update, starts, donate=False):
+    starts = tf.stack([tf.cast(s, "int32") for s in starts])
+    return dynamic_update_slice(x, tf.cast(update, x.dtype), starts)
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = tf.cast(token_ids, "int32")
     weights = tf.cast(weights, "float32")
@@ -122,6 +127,11 @@ def uniform(shape, seed):
     return tf.random.stateless_uniform(
         shape, seed=tf.cast(seed, "int32"), dtype="float32"
     )
+
+
+def uniform_rows(shape, seeds):
+    # The batch is static: one draw per row.
+    return tf.stack([uniform(shape[1:], seeds[b]) for b in range(shape[0])])
 
 
 def distribute_tensor(x, layout):

@@ -133,6 +133,15 @@ def update_rows(x, update, starts, axis, donate=False):
     return put(tuple(indices), update.to(x.dtype))
 
 
+def update_block(x, update, starts, donate=False):
+    target = x if _in_place(x, donate) else x.clone()
+    block = target
+    for axis, (start, size) in enumerate(zip(starts, update.shape)):
+        block = block.narrow(axis, int(start), size)
+    block.copy_(update.to(x.dtype))
+    return target
+
+
 def matmul_transposed(x, y):
     rows = x.reshape(-1, x.shape[-1])
     return (y @ rows.t()).t().reshape(*x.shape[:-1], y.shape[0])
@@ -168,12 +177,16 @@ def uniform(shape, seed):
     # A counter-based generator: a hash of (seed, position). It is stateless,
     # so it compiles into the step and gives the same numbers for the same
     # seed, eager or compiled.
-    seed = torch.as_tensor(seed).to(torch.int64)
+    return uniform_rows((1, *shape), torch.as_tensor(seed)[None])[0]
+
+
+def uniform_rows(shape, seeds):
+    seeds = torch.as_tensor(seeds).to(torch.int64)
     count = 1
-    for dim in shape:
+    for dim in shape[1:]:
         count *= int(dim)
-    counter = torch.arange(count, dtype=torch.int64, device=seed.device)
-    key = _mix(_mix(seed[0] + 0x9E3779B9) ^ seed[1])
+    counter = torch.arange(count, dtype=torch.int64, device=seeds.device)[None]
+    key = _mix(_mix(seeds[:, :1] + 0x9E3779B9) ^ seeds[:, 1:])  # (rows, 1)
     bits = _mix(_mix(counter ^ key) + key)
     return ((bits >> 8).to(torch.float32) * (1.0 / (1 << 24))).reshape(shape)
 

@@ -14,6 +14,7 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
+from keras_gen.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation_config import OPTIONS
 from keras_gen.generation_config import GenerationConfig
 from keras_gen.models.backbone import Backbone
@@ -271,12 +272,16 @@ class CausalLM(keras.Model):
         # keeps prompt tokens wherever a longer row still has them.
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
         vocabulary_size = self.backbone.vocabulary_size
+        top = MAX_TOP_LOGPROBS
         shapes = {
             "log_probs": (batch, cache_length),
             "scores": (batch, cache_length, vocabulary_size),
             "logits": (batch, cache_length, vocabulary_size),
             "hidden_states": (batch, cache_length, self.backbone.hidden_dim),
+            "top_token_ids": (batch, cache_length, top),
+            "top_log_probs": (batch, cache_length, top),
         }
+        dtypes = {"top_token_ids": "int32"}
         with sampler.bind(inputs["sampler"]):
             loop = sampler.start(
                 token_ids,
@@ -287,7 +292,10 @@ class CausalLM(keras.Model):
                 hidden_states=hidden_states,
                 end=inputs["end"],
                 seed=inputs["seed"],
-                outputs={name: ops.zeros(shapes[name]) for name in outputs},
+                outputs={
+                    name: ops.zeros(shapes[name], dtypes.get(name, "float32"))
+                    for name in outputs
+                },
                 stop_sequences=inputs.get("stop_sequences"),
             )
         if hasattr(sampler, "start_draft"):

@@ -1,5 +1,6 @@
 """One call of `generate` or `stream`, prepared and read back on the host."""
 
+import functools
 import secrets
 
 import numpy as np
@@ -65,6 +66,7 @@ class GenerationRequest:
         self.tokenizer = lm.tokenizer
         backbone = lm.backbone
         self.outputs = config.outputs
+        self.top_logprobs = config.top_logprobs
         if self.outputs and not sampler.supports_step_outputs:
             raise ValueError(
                 f"{type(sampler).__name__} reorders its rows every step, so it "
@@ -96,20 +98,9 @@ class GenerationRequest:
             self.cache_length,
             prompts_lib.bucket(max(map(len, prompts)), MIN_PREFILL_LENGTH),
         )
-        token_ids, mask = prompts_lib.pack(prompts, self.cache_length)
-        stop_slots = self.stop_token_ids + [-1] * (
-            STOP_TOKEN_SLOTS - len(self.stop_token_ids)
-        )
-        self.program_inputs = {
-            "token_ids": ops.convert_to_tensor(token_ids, "int32"),
-            "padding_mask": ops.convert_to_tensor(mask, "bool"),
-            "end": ops.convert_to_tensor(np.asarray(self.ends, "int32")),
-            "stop_token_ids": ops.convert_to_tensor(stop_slots, "int32"),
-            "seed": ops.convert_to_tensor(_seed(seed), "int32"),
-            "sampler": sampler.get_parameter_tensors(),
-            "processors": [p.get_parameter_tensors() for p in self.processors],
-            **self.stop_conditions.program_inputs(),
-        }
+        self.prompts = prompts
+        self.seed = _seed(seed)
+        self._sampler = sampler
         self.static_arguments = {
             "prefill_length": self.prefill_length,
             "outputs": self.outputs,
@@ -123,6 +114,24 @@ class GenerationRequest:
             for prompt in rows
         ]
         self.shown_text = [""] * len(rows)
+
+    @functools.cached_property
+    def program_inputs(self):
+        """The compiled program's inputs, a dict of tensors."""
+        token_ids, mask = prompts_lib.pack(self.prompts, self.cache_length)
+        stop_slots = self.stop_token_ids + [-1] * (
+            STOP_TOKEN_SLOTS - len(self.stop_token_ids)
+        )
+        return {
+            "token_ids": ops.convert_to_tensor(token_ids, "int32"),
+            "padding_mask": ops.convert_to_tensor(mask, "bool"),
+            "end": ops.convert_to_tensor(np.asarray(self.ends, "int32")),
+            "stop_token_ids": ops.convert_to_tensor(stop_slots, "int32"),
+            "seed": ops.convert_to_tensor(self.seed, "int32"),
+            "sampler": self._sampler.get_parameter_tensors(),
+            "processors": [p.get_parameter_tensors() for p in self.processors],
+            **self.stop_conditions.program_inputs(),
+        }
 
     def _read_prompts(self, inputs, config, sampler, vocabulary_size):
         """The program's prompts; sets the input's form and width, and the
@@ -197,6 +206,8 @@ class GenerationRequest:
             high = max(max(b for _, b in spans), low)
             for name in self.outputs:
                 window = np.asarray(ops.convert_to_numpy(outputs[name][:, low:high]))
+                if name.startswith("top_"):  # the buffer holds the most asked
+                    window = window[..., : self.top_logprobs]
                 setattr(
                     record,
                     name,

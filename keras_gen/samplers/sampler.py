@@ -10,6 +10,34 @@ from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
 
 
+# Row `r` of a batch draws its random numbers from the key
+# `(seed, r * ROW_STRIDE + position)`: they depend on the seed, the row and
+# the position only, not on the other rows.
+ROW_STRIDE = 1 << 20
+
+
+def row_seeds(seed, batch):
+    """`(batch, 2)` int32 per-row keys from a `(2,)` seed."""
+    seed = ops.convert_to_tensor(seed, "int32")
+    rows = ops.arange(batch, dtype="int32") * ROW_STRIDE
+    return seed[None, :] + ops.stack([ops.zeros_like(rows), rows], axis=1)
+
+
+def log_prob_outputs(scores, token, outputs):
+    """The log-prob outputs among `outputs` for `(..., vocab)` scores and
+    the chosen `(...)` tokens: `log_probs`, and the alternatives
+    `top_token_ids` and `top_log_probs` (as many as the buffer holds)."""
+    if not {"log_probs", "top_log_probs"} & set(outputs):
+        return {}
+    log_probs = ops.log_softmax(scores, axis=-1)
+    chosen = ops.cast(token, "int32")[..., None]
+    values = {"log_probs": ops.take_along_axis(log_probs, chosen, axis=-1)[..., 0]}
+    if "top_log_probs" in outputs:
+        count = ops.shape(outputs["top_log_probs"])[-1]
+        values["top_log_probs"], values["top_token_ids"] = ops.top_k(log_probs, count)
+    return values
+
+
 class Sampler(Tunable):
     """Base class for samplers: turns logits into tokens, step by step.
 
@@ -88,8 +116,9 @@ class Sampler(Tunable):
     def get_next_token(self, logits, seed):
         """Pick `(batch,)` token ids from `(batch, vocab)` float32 logits.
 
-        `seed` is a `(2,)` int32 tensor, different at every step; pass it to
-        `keras_gen.backend.uniform` for random draws.
+        `seed` is a `(batch, 2)` int32 tensor, one key per row, different
+        at every step; pass it to `keras_gen.backend.uniform` for random
+        draws (row `b` draws from `seed[b]`).
         """
         raise NotImplementedError
 
@@ -147,7 +176,8 @@ class Sampler(Tunable):
             "stop_token_ids": ops.convert_to_tensor(
                 [-1] if stop_token_ids is None else stop_token_ids, "int32"
             ),
-            "seed": ops.convert_to_tensor([0, 0] if seed is None else seed, "int32"),
+            # One key per row (see `row_seeds`).
+            "seed": row_seeds([0, 0] if seed is None else seed, batch),
             "outputs": outputs or {},
             **({} if stop_sequences is None else {
                 "stop_sequences": {
@@ -185,11 +215,7 @@ class Sampler(Tunable):
         """
         if not loop["outputs"]:
             return loop
-        if "log_probs" in loop["outputs"]:
-            log_probs = ops.log_softmax(values["scores"], axis=-1)
-            values["log_probs"] = ops.take_along_axis(
-                log_probs, ops.cast(token, "int32")[:, None], axis=-1
-            )[:, 0]
+        values.update(log_prob_outputs(values["scores"], token, loop["outputs"]))
         index = loop["index"]
         outputs = {
             name: backend.update_slice(

@@ -10,6 +10,7 @@ from keras_gen import backend
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
+from keras_gen.samplers.sampler import log_prob_outputs
 from keras_gen.sampling import stopping
 from keras_gen.utils.checks import check_count
 
@@ -437,11 +438,7 @@ class SpeculativeSampler(Sampler):
         outputs = loop["outputs"]
         if not outputs:
             return loop
-        if "log_probs" in outputs:
-            log_probs = ops.log_softmax(values["scores"], axis=-1)
-            values["log_probs"] = ops.take_along_axis(
-                log_probs, tokens[..., None], axis=-1
-            )[..., 0]
+        values.update(log_prob_outputs(values["scores"], tokens, outputs))
         outputs = {
             name: backend.update_rows(
                 buffer, ops.cast(values[name], buffer.dtype), loop["lengths"], 1

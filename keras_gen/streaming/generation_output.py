@@ -4,8 +4,16 @@ import dataclasses
 
 import numpy as np
 
-# Per-step arrays a caller can ask for: `output_<name>=True`.
-STEP_OUTPUTS = ("log_probs", "scores", "logits", "hidden_states")
+# Per-step arrays a caller can ask for: `output_<name>=True`, and the top
+# alternatives of `top_logprobs=n`.
+STEP_OUTPUTS = (
+    "log_probs",
+    "scores",
+    "logits",
+    "hidden_states",
+    "top_token_ids",
+    "top_log_probs",
+)
 
 
 @dataclasses.dataclass
@@ -33,6 +41,10 @@ class GenerationOutput:
             requested.
         hidden_states: per row, `(new, hidden)` final hidden states; `None`
             unless requested.
+        top_token_ids, top_log_probs: with `top_logprobs=n`, per row,
+            `(new, n)` arrays: at each step the `n` most likely tokens and
+            their log-probabilities under the scores the sampler saw, most
+            likely first.
         sequences: in the final record only, per row the prompt followed by
             the new tokens.
         sequence_scores: beam search only: the length-normalised score of
@@ -53,6 +65,8 @@ class GenerationOutput:
     scores: list = None
     logits: list = None
     hidden_states: list = None
+    top_token_ids: list = None
+    top_log_probs: list = None
     sequences: list = None
     sequence_scores: list = None
     accepted_tokens: list = None

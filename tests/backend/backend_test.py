@@ -22,6 +22,27 @@ def test_uniform_is_deterministic_in_range_and_seed_dependent():
     assert not np.array_equal(first, draw([8, 3]))
 
 
+def test_uniform_rows_draw_from_their_own_keys():
+    seeds = ops.convert_to_tensor([[7, 3], [7, 4], [9, 3]], "int32")
+    rows = ops.convert_to_numpy(backend.uniform((3, 500), seeds))
+    assert rows.min() >= 0.0 and rows.max() < 1.0
+    for b in range(3):
+        alone = ops.convert_to_numpy(backend.uniform((1, 500), seeds[b : b + 1]))
+        np.testing.assert_array_equal(rows[b], alone[0])
+    assert not np.array_equal(rows[0], rows[1])
+
+
+@pytest.mark.parametrize("donate", [False, True])
+def test_update_block_writes_one_block(donate):
+    x = ops.zeros((3, 2, 5, 2))
+    block = ops.ones((1, 2, 3, 2))
+    starts = [ops.convert_to_tensor(i, "int32") for i in (1, 0, 2, 0)]
+    out = ops.convert_to_numpy(backend.update_block(x, block, starts, donate=donate))
+    expected = np.zeros((3, 2, 5, 2), "float32")
+    expected[1, :, 2:5] = 1
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_slice_and_update_slice_take_tensor_starts():
     x = ops.reshape(ops.arange(24, dtype="int32"), (2, 3, 4))
     start = ops.convert_to_tensor(1, "int32")

@@ -1,0 +1,545 @@
+"""Continuous batching: one compiled step shared by every running request."""
+
+import collections
+import functools
+import secrets
+import threading
+import time
+
+import numpy as np
+from keras import ops
+
+from keras_gen import backend
+from keras_gen.generation_config import MAX_TOP_LOGPROBS
+from keras_gen.generation_config import GenerationConfig
+from keras_gen.models import prompts as prompts_lib
+from keras_gen.models.generation_request import MIN_CACHE_LENGTH
+from keras_gen.models.generation_request import MIN_PREFILL_LENGTH
+from keras_gen.models.generation_request import STOP_TOKEN_SLOTS
+from keras_gen.models.generation_request import GenerationRequest
+from keras_gen.samplers.sampler import ROW_STRIDE
+from keras_gen.sampling import options as options_lib
+from keras_gen.serving import engine_programs
+from keras_gen.serving.engine_metrics import EngineMetrics
+from keras_gen.serving.generation_handle import GenerationHandle
+from keras_gen.streaming.generation_output import GenerationOutput
+
+# Options the engine's step does not run (each names what to use instead).
+UNSUPPORTED = {
+    "num_beams": "beam search runs with `CausalLM.generate`",
+    "penalty_alpha": "contrastive search runs with `CausalLM.generate`",
+    "typical_p": "typical sampling runs with `CausalLM.generate`",
+    "no_repeat_ngram_size": "use `CausalLM.generate`",
+    "min_length": "use `min_new_tokens`",
+    "forced_eos_token_id": "use `CausalLM.generate`",
+    "num_speculative_tokens": "speculative decoding runs with `CausalLM.generate`",
+    "prompt_lookup_ngram": "speculative decoding runs with `CausalLM.generate`",
+    "output_scores": "use `output_log_probs` and `top_logprobs`",
+    "output_logits": "use `CausalLM.generate`",
+    "output_hidden_states": "use `CausalLM.generate`",
+}
+
+
+class EngineFull(RuntimeError):
+    """`Engine.submit` found the waiting queue full (the server's 429)."""
+
+
+class EngineClosed(RuntimeError):
+    """The engine was closed before the request could finish."""
+
+
+class _Job:
+    """A submitted request: its reader, handle, rows and timings."""
+
+    def __init__(self, reader, handle, settings, max_time):
+        self.reader = reader
+        self.handle = handle
+        self.settings = settings
+        self.max_time = max_time
+        self.slots = []
+        self.submitted = time.perf_counter()
+        self.last_delivery = [None] * handle.rows
+
+    @property
+    def rows(self):
+        return self.handle.rows
+
+
+class Engine:
+    """Serves many requests at once from one compiled decode step.
+
+    The engine holds `max_batch_size` slots: the rows of one fixed-shape
+    key/value cache of `max_length` positions. A background thread runs
+    one compiled program over every slot, `chunk_size` steps at a time.
+    Between chunks it admits waiting requests into free slots (seeding
+    their cache rows from the prompt, one program per prompt length
+    bucket, without touching other rows), hands out what each running
+    request produced, and frees the slots of finished or cancelled ones.
+
+    Each slot's settings are program inputs: temperature (0, or below
+    1e-5, decodes greedily in the same step as sampled rows), top-k, top-p,
+    min-p, repetition, frequency and presence penalties, logit biases
+    (suppressed tokens and one-token bad words are `-inf` biases), the
+    minimum of new tokens, stop token ids, the seed and the length; stop
+    strings and sequences and `max_time` are matched on the host between
+    chunks. After each prompt bucket has run once, no request compiles
+    anything.
+
+    A request's tokens are those `lm.generate` gives it alone: they do not
+    depend on the other requests, on its slot or on when it arrived (random
+    draws are keyed by its seed, its row and the position). A request
+    without a seed gets a fresh one. Options come from the request over
+    `lm.generation_config`; the compiled sampler and processors of `lm` are
+    not used. Beam search, contrastive search, speculative decoding and the
+    per-step scores, logits and hidden states stay with `lm.generate`.
+
+    Args:
+        lm: a `keras_gen.models.CausalLM`.
+        max_batch_size: int, slots (rows decoded together).
+        max_length: int, prompt plus new tokens a request may reach; by
+            default the model's context (at most 2048). Rounded up to a
+            power of two: the cache's length.
+        chunk_size: int, steps between two admissions and deliveries.
+        max_queue: int or `None`, requests that may wait for a slot;
+            `submit` raises `EngineFull` beyond.
+        top_logprobs: int, the most alternatives a request may ask for.
+
+    Examples:
+    >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
+    ...     handle = engine.submit("The for statement", max_new_tokens=32)
+    ...     for chunk in handle:
+    ...         print(chunk.text[0], end="")
+    ...     records = engine.generate(["A class", "The while"], do_sample=True)
+    """
+
+    def __init__(
+        self,
+        lm,
+        max_batch_size=8,
+        max_length=None,
+        chunk_size=4,
+        max_queue=None,
+        top_logprobs=MAX_TOP_LOGPROBS,
+    ):
+        self.lm = lm
+        self.num_slots = _count("max_batch_size", max_batch_size)
+        self.chunk_size = _count("chunk_size", chunk_size)
+        self.max_queue = None if max_queue is None else _count("max_queue", max_queue)
+        self.top_logprobs = _count("top_logprobs", top_logprobs)
+        limit = lm.backbone.max_sequence_length
+        if max_length is None:
+            max_length = min(limit or 2048, 2048)
+        max_length = _count("max_length", max_length)
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length`={max_length} is beyond the model's {limit} positions."
+            )
+        self.max_length = max_length
+        self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
+        self.metrics = EngineMetrics()
+        self._condition = threading.Condition()
+        self._waiting = collections.deque()
+        self._jobs = []  # admitted and not yet finished
+        self._free = list(range(self.num_slots))
+        self._closed = False
+        self._host = self._empty_host_arrays()
+        self._device = None  # the cache, allocated by the step thread
+        self._programs = {}
+        self._thread = threading.Thread(
+            target=self._run, name="keras-gen-engine", daemon=True
+        )
+        self._thread.start()
+
+    # The client side.
+
+    def submit(self, prompt, generation_config=None, **options):
+        """Queue one prompt; returns its `GenerationHandle` at once.
+
+        Args:
+            prompt: a string (with a tokenizer) or a list of token ids.
+            generation_config: a `GenerationConfig` or dict of options.
+            **options: `GenerationConfig` fields, over `generation_config`.
+                `num_return_sequences=n` runs the prompt in `n` slots.
+        """
+        job = self._prepare(prompt, generation_config, options)
+        with self._condition:
+            if self._closed:
+                raise EngineClosed("The engine is closed.")
+            if self.max_queue is not None and len(self._waiting) >= self.max_queue:
+                raise EngineFull(
+                    f"{len(self._waiting)} requests are waiting for a slot "
+                    f"(`max_queue`={self.max_queue}); try again later."
+                )
+            self._waiting.append(job)
+            self.metrics.waiting.set(len(self._waiting))
+            self._condition.notify_all()
+        return job.handle
+
+    def generate(self, prompts, generation_config=None, **options):
+        """Run a batch of prompts of any size; records in input order.
+
+        `generation_config` is one config (or dict) for every prompt, or a
+        list of them, one per prompt. Prompts beyond the free slots wait
+        and run as slots free.
+        """
+        if isinstance(prompts, str) or (
+            prompts and not isinstance(prompts[0], (str, list, tuple, np.ndarray))
+        ):
+            prompts = [prompts]
+        configs = generation_config
+        if not isinstance(configs, (list, tuple)):
+            configs = [configs] * len(prompts)
+        if len(configs) != len(prompts):
+            raise ValueError(
+                f"Got {len(configs)} generation configs for {len(prompts)} prompts."
+            )
+        handles = [
+            self._submit_waiting(prompt, config, options)
+            for prompt, config in zip(prompts, configs)
+        ]
+        return [handle.result() for handle in handles]
+
+    def _submit_waiting(self, prompt, config, options):
+        # An offline batch waits for room in the queue instead of failing.
+        while True:
+            try:
+                return self.submit(prompt, config, **options)
+            except EngineFull:
+                time.sleep(0.01)
+
+    def close(self, timeout=30):
+        """Stop the step thread; unfinished requests end with `EngineClosed`."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+        self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    @property
+    def running(self):
+        """How many requests hold slots."""
+        return len(self._jobs)
+
+    @property
+    def waiting(self):
+        return len(self._waiting)
+
+    # Reading a request.
+
+    def _prepare(self, prompt, generation_config, options):
+        lm = self.lm
+        call = _call_config(generation_config, options)
+        config = lm.generation_config.merge(call)
+        for name, advice in UNSUPPORTED.items():
+            if getattr(config, name) not in (None, False, 0, 1, 1.0) or (
+                name == "num_beams" and (config.num_beams or 1) > 1
+            ):
+                raise ValueError(f"The engine does not run `{name}`: {advice}.")
+        if config.top_logprobs and config.top_logprobs > self.top_logprobs:
+            raise ValueError(
+                f"`top_logprobs` must be <= {self.top_logprobs} (the engine's "
+                f"`top_logprobs`). Received: {config.top_logprobs}"
+            )
+        ids = _prompt_ids(prompt, lm.tokenizer)
+        rows = config.num_return_sequences or 1
+        if rows > self.num_slots:
+            raise ValueError(
+                f"`num_return_sequences`={rows} needs more slots than the "
+                f"engine's {self.num_slots}."
+            )
+        seed = config.seed if config.seed is not None else secrets.randbits(31)
+        sampler = options_lib.build_sampler(config)
+        reader = GenerationRequest(
+            lm,
+            [ids] * rows,
+            config.replace(num_return_sequences=None),
+            sampler,
+            (),
+            seed,
+        )
+        if max(reader.ends) > self.max_length:
+            raise ValueError(
+                f"The prompt ({len(ids)} tokens) plus the new tokens reach "
+                f"{max(reader.ends)}, beyond the engine's `max_length` of "
+                f"{self.max_length}."
+            )
+        settings = _settings(config, reader, lm.backbone.vocabulary_size)
+        return _Job(reader, GenerationHandle(rows), settings, config.max_time)
+
+    # The step thread.
+
+    def _run(self):
+        while True:
+            with self._condition:
+                while not self._closed and not self._waiting and not self._jobs:
+                    self._condition.wait()
+                if self._closed:
+                    break
+            try:
+                self._admit()
+                if self._jobs:
+                    self._decode_chunk()
+                    self._deliver()
+            except Exception as error:  # every running request learns of it
+                self._fail_all(error)
+        self._fail_all(EngineClosed("The engine was closed."), waiting=True)
+
+    def _fail_all(self, error, waiting=False):
+        with self._condition:
+            jobs = list(self._jobs)
+            if waiting:
+                jobs += list(self._waiting)
+                self._waiting.clear()
+        for job in jobs:
+            self._release(job, error=error)
+        self._device = None  # rebuilt at the next admission
+
+    def _admit(self):
+        """Move waiting requests into free slots, oldest first."""
+        while True:
+            with self._condition:
+                while self._waiting and self._waiting[0].handle.cancelled:
+                    self._waiting.popleft().handle.finish()
+                if not self._waiting or len(self._free) < self._waiting[0].rows:
+                    self.metrics.waiting.set(len(self._waiting))
+                    return
+                job = self._waiting.popleft()
+                job.slots = [self._free.pop(0) for _ in range(job.rows)]
+                self._jobs.append(job)
+                self.metrics.waiting.set(len(self._waiting))
+            self.metrics.running.set(len(self._jobs))
+            for row, slot in enumerate(job.slots):
+                self._seed_slot(job, row, slot)
+            self.metrics.prompt_tokens.inc(sum(map(len, job.reader.row_prompts)))
+
+    def _seed_slot(self, job, row, slot):
+        host, settings = self._host, job.settings
+        prompt = job.reader.row_prompts[row]
+        length = len(prompt)
+        host["token_ids"][slot] = 0
+        host["token_ids"][slot, :length] = prompt
+        host["prompt_lengths"][slot] = length
+        host["positions"][slot] = length
+        host["ends"][slot] = job.reader.row_ends[row]
+        host["running"][slot] = True
+        for name in engine_programs.SETTINGS:
+            host[name][slot] = settings[name]
+        host["min_new_tokens"][slot] = settings["min_new_tokens"]
+        host["stop_token_ids"][slot] = settings["stop_token_ids"]
+        host["logit_bias"][slot] = settings["logit_bias"]
+        host["seeds"][slot] = (settings["seed"], row * ROW_STRIDE)
+        bucket = min(
+            self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH)
+        )
+        token_ids, mask = prompts_lib.pack([prompt], bucket)
+        admit = self._program("admit", bucket)
+        if self._device is None:
+            self._device = self._empty_cache()
+        self._device = admit(
+            {"state": self._device},
+            ops.convert_to_tensor(slot, "int32"),
+            ops.convert_to_tensor(token_ids, "int32"),
+            ops.convert_to_tensor(mask, "bool"),
+        )["state"]
+
+    def _decode_chunk(self):
+        loop = {"state": self._device}
+        for name, array in self._host.items():
+            loop[name] = ops.convert_to_tensor(array)
+        loop["step"] = ops.convert_to_tensor(0, "int32")
+        loop["until"] = ops.convert_to_tensor(self.chunk_size, "int32")
+        with backend.no_grad():
+            loop = self._program("decode")(loop)
+        self._device = loop["state"]
+        for name in ("positions", "running") + _READ:
+            self._host[name] = np.array(ops.convert_to_numpy(loop[name]))
+
+    def _deliver(self):
+        host, now = self._host, time.perf_counter()
+        for job in list(self._jobs):
+            reader, slots = job.reader, job.slots
+            outputs = {name: host[name][slots] for name in _READ}
+            limits = [int(host["positions"][slot]) for slot in slots]
+            time_is_up = (
+                job.max_time is not None and now - job.submitted >= job.max_time
+            )
+            chunk = reader.read(outputs, limits, time_is_up)
+            self._observe(job, chunk, now)
+            if any(chunk.token_ids) or reader.done:
+                job.handle.put(chunk)
+            for row, slot in enumerate(slots):
+                if reader.finish_reasons[row] is not None:
+                    host["running"][slot] = False
+            if reader.done or job.handle.cancelled:
+                self._release(job)
+
+    def _observe(self, job, chunk, now):
+        """Count a chunk's tokens; time the first token and the gaps."""
+        self.metrics.generated_tokens.inc(sum(len(ids) for ids in chunk.token_ids))
+        for row, ids in enumerate(chunk.token_ids):
+            if not ids:
+                continue
+            last = job.last_delivery[row]
+            if last is None:
+                self.metrics.time_to_first_token.observe(now - job.submitted)
+            else:
+                # The chunk's tokens arrived together: share the gap.
+                for _ in ids:
+                    self.metrics.inter_token_latency.observe((now - last) / len(ids))
+            job.last_delivery[row] = now
+
+    def _release(self, job, error=None):
+        """End a request: free its slots and close its handle."""
+        with self._condition:
+            if job in self._jobs:
+                self._jobs.remove(job)
+            for slot in job.slots:
+                self._host["running"][slot] = False
+                if slot not in self._free:
+                    self._free.append(slot)
+            self._free.sort()
+            self._condition.notify_all()
+        if error is None and job.handle.cancelled:
+            reasons = ["cancelled"] * job.rows
+        else:
+            reasons = [r or "error" for r in job.reader.finish_reasons]
+        if error is None:
+            for reason in reasons:
+                self.metrics.requests.labels(finish_reason=reason).inc()
+        self.metrics.running.set(len(self._jobs))
+        job.handle.finish(error)
+
+    # Programs and state.
+
+    def _program(self, kind, bucket=None):
+        """The compiled `admit` (per prompt bucket) or `decode` program."""
+        key = (kind, bucket)
+        if key not in self._programs:
+            lm, backbone = self.lm, self.lm.backbone
+            function = {"admit": engine_programs.admit, "decode": engine_programs.decode}
+            program = backend.compile_function(
+                functools.partial(function[kind], backbone),
+                lm.variables,
+                jit_compile=lm.generate_jit_compile,
+                donate_argnums=(0,),
+            )
+            self._programs[key] = self._counting(program)
+        return self._programs[key]
+
+    def _counting(self, program):
+        def call(*args):
+            before = backend.trace_count()
+            result = program(*args)
+            self.metrics.compilations.inc(backend.trace_count() - before)
+            return result
+
+        return call
+
+    def _empty_cache(self):
+        backbone = self.lm.backbone
+        shape = (
+            self.num_slots,
+            backbone.num_key_value_heads,
+            self.cache_length,
+            backbone.head_dim,
+        )
+        dtype = backbone.compute_dtype
+        return tuple(
+            (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
+            for _ in range(backbone.num_layers)
+        )
+
+    def _empty_host_arrays(self):
+        slots, length = self.num_slots, self.cache_length
+        vocabulary_size = self.lm.backbone.vocabulary_size
+        arrays = {
+            "token_ids": np.zeros((slots, length), "int32"),
+            "prompt_lengths": np.ones((slots,), "int32"),
+            "positions": np.ones((slots,), "int32"),
+            "ends": np.ones((slots,), "int32"),
+            "running": np.zeros((slots,), bool),
+            "min_new_tokens": np.zeros((slots,), "int32"),
+            "stop_token_ids": np.full((slots, STOP_TOKEN_SLOTS), -1, "int32"),
+            "logit_bias": np.zeros((slots, vocabulary_size), "float32"),
+            "seeds": np.zeros((slots, 2), "int32"),
+            "log_probs": np.zeros((slots, length), "float32"),
+            "top_log_probs": np.zeros((slots, length, self.top_logprobs), "float32"),
+            "top_token_ids": np.zeros((slots, length, self.top_logprobs), "int32"),
+        }
+        for name, dtype in engine_programs.SETTINGS.items():
+            arrays[name] = np.zeros((slots, 1), dtype)
+        arrays["repetition_penalty"][:] = 1.0
+        arrays["top_p"][:] = 1.0
+        arrays["temperature"][:] = 1.0
+        return arrays
+
+
+# What a reader reads of the host arrays.
+_READ = ("token_ids", "log_probs", "top_log_probs", "top_token_ids")
+
+
+def _count(name, value):
+    from keras_gen.utils.checks import check_count
+
+    return check_count(name, value)
+
+
+def _call_config(generation_config, options):
+    unknown = set(options) - set(GenerationConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"Unknown generation options {sorted(unknown)}.")
+    base = GenerationConfig.from_dict(generation_config or {})
+    return base.merge({k: v for k, v in options.items() if v is not None})
+
+
+def _prompt_ids(prompt, tokenizer):
+    prompts, form, _ = prompts_lib.read_prompts(prompt, tokenizer)
+    if len(prompts) != 1:
+        raise ValueError(
+            "`Engine.submit` takes one prompt (a string or a list of token "
+            "ids); use `Engine.generate` for several."
+        )
+    return prompts[0]
+
+
+def _settings(config, reader, vocabulary_size):
+    """One request's per-slot settings, as the engine's step reads them."""
+    sampled = config.mode == "sample"
+    bias = np.zeros((vocabulary_size,), "float32")
+    for key, value in (config.logit_bias or {}).items():
+        if isinstance(key, tuple):
+            raise ValueError(
+                "The engine takes `logit_bias` for single tokens only "
+                f"(received the sequence {key}); use `CausalLM.generate`."
+            )
+        bias[key] += value
+    banned = list(config.suppress_tokens or [])
+    for sequence in config.bad_words_ids or []:
+        if len(sequence) != 1:
+            raise ValueError(
+                "The engine bans single tokens only (`bad_words_ids` holds "
+                f"{sequence}); use `CausalLM.generate`."
+            )
+        banned += sequence
+    bias[banned] = float("-inf")
+    stop_ids = list(reader.stop_token_ids)
+    return {
+        "temperature": (config.temperature if config.temperature is not None else 1.0)
+        if sampled
+        else 0.0,
+        "top_k": (config.top_k or 0) if sampled else 0,
+        "top_p": (config.top_p or 1.0) if sampled else 1.0,
+        "min_p": (config.min_p or 0.0) if sampled else 0.0,
+        "repetition_penalty": config.repetition_penalty or 1.0,
+        "frequency_penalty": config.frequency_penalty or 0.0,
+        "presence_penalty": config.presence_penalty or 0.0,
+        "min_new_tokens": config.min_new_tokens or 0,
+        "stop_token_ids": stop_ids + [-1] * (STOP_TOKEN_SLOTS - len(stop_ids)),
+        "logit_bias": bias,
+        "seed": reader.seed[0],
+    }

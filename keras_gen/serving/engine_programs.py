@@ -1,0 +1,170 @@
+"""The compiled programs of `Engine`: admit a prompt, decode a chunk.
+
+The engine keeps one loop state for a fixed number of slots: the key/value
+cache (one row per slot), each slot's token buffer and position, and each
+slot's settings, `(slots, 1)` tensors that broadcast against
+`(slots, vocab)` logits. Two programs run over it:
+
+- `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
+  one prompt (one program per prompt length bucket) and touches no other
+  row;
+- `decode(loop)` runs the model one step for every slot, up to
+  `loop["until"]` steps: each running slot processes, samples and writes
+  its own token at its own position.
+
+A slot's tokens are those `CausalLM.generate` gives the same request alone:
+the same processors (minimum length, biases, repetition, frequency and
+presence penalties, in that order), temperature (below 1e-5 greedy) and
+filters (min-p, top-k, top-p), and random draws keyed by the request's seed,
+the row's index within the request and the position, never by the slot.
+"""
+
+from keras import ops
+
+from keras_gen import backend
+from keras_gen.processors.logits_processor import NEG_INF
+from keras_gen.processors.logits_processor import count_tokens
+from keras_gen.samplers.random_sampler import sample_from_logits
+from keras_gen.sampling.filters import filter_logits
+from keras_gen.utils.checks import MIN_TEMPERATURE
+
+# Per-slot settings and their dtypes: `(slots, 1)` numbers that broadcast
+# against `(slots, vocab)` logits, and per-slot vectors.
+SETTINGS = {
+    "temperature": "float32",
+    "top_k": "int32",
+    "top_p": "float32",
+    "min_p": "float32",
+    "repetition_penalty": "float32",
+    "frequency_penalty": "float32",
+    "presence_penalty": "float32",
+}
+
+
+def take_rows(x, positions):
+    """`x[b, positions[b, i]]` for a `(slots, length, ...)` tensor."""
+    positions = ops.cast(positions, "int32")
+    if len(ops.shape(x)) == 3:
+        positions = positions[..., None]
+    return ops.take_along_axis(x, positions, axis=1)
+
+
+def admit(backbone, loop, slot, token_ids, mask):
+    """Seed slot `slot`'s cache rows from a `(1, bucket)` prompt."""
+    _, prompt_state = backbone.build_state(
+        token_ids, mask, cache_length=ops.shape(token_ids)[1]
+    )
+    zero = ops.zeros((), "int32")
+    starts = (ops.cast(slot, "int32"), zero, zero, zero)
+    state = tuple(
+        tuple(
+            backend.update_block(cache, block, starts, donate=True)
+            for cache, block in zip(layer, prompt_layer)
+        )
+        for layer, prompt_layer in zip(loop["state"], prompt_state)
+    )
+    return {**loop, "state": state}
+
+
+def decode(backbone, loop):
+    """Step every running slot until none runs or `loop["until"]` steps."""
+
+    def cond(loop):
+        return ops.logical_and(ops.any(loop["running"]), loop["step"] < loop["until"])
+
+    return backend.while_loop(cond, lambda loop: _step(backbone, loop), loop)
+
+
+def _step(backbone, loop):
+    positions, running = loop["positions"], loop["running"]
+    token_ids = loop["token_ids"]
+    length = ops.shape(token_ids)[1]
+    # Each slot runs its last token at its own position.
+    last = take_rows(token_ids, (positions - 1)[:, None])
+    logits, _, state = backbone.call_with_state(last, loop["state"], positions - 1)
+    logits = ops.cast(logits[:, 0], "float32")
+    scores = _tempered(_processed(logits, loop), loop)
+    token = _choose(scores, loop)
+    log_probs = ops.log_softmax(scores, axis=-1)
+    chosen = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    top_log_probs, top_token_ids = ops.top_k(
+        log_probs, ops.shape(loop["top_log_probs"])[2]
+    )
+    # Stopped and free slots write what they hold: nothing changes for them.
+    at = ops.minimum(positions, length - 1)
+
+    def write(buffer, value):
+        value = ops.cast(value, buffer.dtype)
+        held = take_rows(buffer, at[:, None])[:, 0]
+        mask = ops.reshape(running, (-1,) + (1,) * (len(ops.shape(value)) - 1))
+        return backend.update_rows(
+            buffer, ops.where(mask, value, held)[:, None], at, axis=1
+        )
+
+    is_stop = ops.any(token[:, None] == loop["stop_token_ids"], axis=-1)
+    finished = ops.logical_or(is_stop, positions + 1 >= loop["ends"])
+    return {
+        **loop,
+        "state": state,
+        "token_ids": write(token_ids, token),
+        "log_probs": write(loop["log_probs"], chosen),
+        "top_log_probs": write(loop["top_log_probs"], top_log_probs),
+        "top_token_ids": write(loop["top_token_ids"], top_token_ids),
+        "positions": positions + ops.cast(running, "int32"),
+        "running": ops.logical_and(running, ops.logical_not(finished)),
+        "step": loop["step"] + 1,
+    }
+
+
+def _processed(logits, loop):
+    """The logits processors of every slot, with its own settings.
+
+    As `MinLength`, `LogitBias`, `RepetitionPenalty`, `FrequencyPenalty`
+    and `PresencePenalty` in that order (neutral settings change nothing),
+    and, as `Sampler.process_logits`, a row left with no allowed token
+    falls back on its unprocessed logits.
+    """
+    token_ids, positions = loop["token_ids"], loop["positions"]
+    prompt_lengths = loop["prompt_lengths"]
+    slots, length = ops.shape(token_ids)
+    vocabulary_size = ops.shape(logits)[-1]
+    columns = ops.arange(length, dtype="int32")[None, :]
+    seen = columns < positions[:, None]
+    generated = ops.logical_and(seen, columns >= prompt_lengths[:, None])
+    # No stop token before `min_new_tokens`.
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    stops = ops.any(
+        vocabulary[None, None, :] == loop["stop_token_ids"][:, :, None], axis=1
+    )
+    short = positions - prompt_lengths < loop["min_new_tokens"]
+    processed = ops.where(ops.logical_and(short[:, None], stops), NEG_INF, logits)
+    processed = processed + loop["logit_bias"]
+    penalty = loop["repetition_penalty"]
+    repeated = count_tokens(token_ids, ops.cast(seen, "float32"), vocabulary_size) > 0
+    penalized = ops.where(processed < 0, processed * penalty, processed / penalty)
+    processed = ops.where(repeated, penalized, processed)
+    counts = count_tokens(token_ids, ops.cast(generated, "float32"), vocabulary_size)
+    processed = processed - counts * loop["frequency_penalty"]
+    processed = processed - ops.cast(counts > 0, "float32") * loop["presence_penalty"]
+    banned = ops.all(processed == NEG_INF, axis=-1, keepdims=True)
+    return ops.where(banned, logits, processed)
+
+
+def _tempered(scores, loop):
+    """Scores divided by each slot's temperature (1 for greedy slots)."""
+    temperature = loop["temperature"]
+    greedy = temperature < MIN_TEMPERATURE
+    return scores / ops.where(greedy, 1.0, temperature)
+
+
+def _choose(scores, loop):
+    """`(slots,)` tokens: argmax for greedy slots, a filtered draw else."""
+    greedy = loop["temperature"][:, 0] < MIN_TEMPERATURE
+    filtered = filter_logits(
+        scores, top_k=loop["top_k"], top_p=loop["top_p"], min_p=loop["min_p"]
+    )
+    positions = loop["positions"]
+    seeds = loop["seeds"] + ops.stack([ops.zeros_like(positions), positions], axis=1)
+    drawn = sample_from_logits(filtered, seeds)
+    best = ops.argmax(scores, axis=-1)
+    return ops.cast(ops.where(greedy, best, drawn), "int32")

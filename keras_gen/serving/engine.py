@@ -22,21 +22,28 @@ from keras_gen.sampling import options as options_lib
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
-from keras_gen.streaming.generation_output import GenerationOutput
+from keras_gen.utils.checks import check_count
 
-# Options the engine's step does not run (each names what to use instead).
+# Options the engine's step does not run: when each one is asked for, and
+# what to use instead.
 UNSUPPORTED = {
-    "num_beams": "beam search runs with `CausalLM.generate`",
-    "penalty_alpha": "contrastive search runs with `CausalLM.generate`",
-    "typical_p": "typical sampling runs with `CausalLM.generate`",
-    "no_repeat_ngram_size": "use `CausalLM.generate`",
-    "min_length": "use `min_new_tokens`",
-    "forced_eos_token_id": "use `CausalLM.generate`",
-    "num_speculative_tokens": "speculative decoding runs with `CausalLM.generate`",
-    "prompt_lookup_ngram": "speculative decoding runs with `CausalLM.generate`",
-    "output_scores": "use `output_log_probs` and `top_logprobs`",
-    "output_logits": "use `CausalLM.generate`",
-    "output_hidden_states": "use `CausalLM.generate`",
+    "num_beams": (lambda v: v > 1, "beam search runs with `CausalLM.generate`"),
+    "penalty_alpha": (
+        lambda v: v > 0,
+        "contrastive search runs with `CausalLM.generate`",
+    ),
+    "typical_p": (lambda v: v < 1, "typical sampling runs with `CausalLM.generate`"),
+    "no_repeat_ngram_size": (lambda v: v > 0, "use `CausalLM.generate`"),
+    "min_length": (lambda v: v > 0, "use `min_new_tokens`"),
+    "forced_eos_token_id": (lambda v: True, "use `CausalLM.generate`"),
+    "num_speculative_tokens": (
+        bool,
+        "speculative decoding runs with `CausalLM.generate`",
+    ),
+    "prompt_lookup_ngram": (bool, "speculative decoding runs with `CausalLM.generate`"),
+    "output_scores": (bool, "use `output_log_probs` and `top_logprobs`"),
+    "output_logits": (bool, "use `CausalLM.generate`"),
+    "output_hidden_states": (bool, "use `CausalLM.generate`"),
 }
 
 
@@ -122,14 +129,16 @@ class Engine:
         top_logprobs=MAX_TOP_LOGPROBS,
     ):
         self.lm = lm
-        self.num_slots = _count("max_batch_size", max_batch_size)
-        self.chunk_size = _count("chunk_size", chunk_size)
-        self.max_queue = None if max_queue is None else _count("max_queue", max_queue)
-        self.top_logprobs = _count("top_logprobs", top_logprobs)
+        self.num_slots = check_count("max_batch_size", max_batch_size)
+        self.chunk_size = check_count("chunk_size", chunk_size)
+        self.max_queue = (
+            None if max_queue is None else check_count("max_queue", max_queue)
+        )
+        self.top_logprobs = check_count("top_logprobs", top_logprobs)
         limit = lm.backbone.max_sequence_length
         if max_length is None:
             max_length = min(limit or 2048, 2048)
-        max_length = _count("max_length", max_length)
+        max_length = check_count("max_length", max_length)
         if limit is not None and max_length > limit:
             raise ValueError(
                 f"`max_length`={max_length} is beyond the model's {limit} positions."
@@ -161,6 +170,8 @@ class Engine:
             **options: `GenerationConfig` fields, over `generation_config`.
                 `num_return_sequences=n` runs the prompt in `n` slots.
         """
+        if self._closed:
+            raise EngineClosed("The engine is closed.")
         job = self._prepare(prompt, generation_config, options)
         with self._condition:
             if self._closed:
@@ -235,10 +246,9 @@ class Engine:
         lm = self.lm
         call = _call_config(generation_config, options)
         config = lm.generation_config.merge(call)
-        for name, advice in UNSUPPORTED.items():
-            if getattr(config, name) not in (None, False, 0, 1, 1.0) or (
-                name == "num_beams" and (config.num_beams or 1) > 1
-            ):
+        for name, (asked, advice) in UNSUPPORTED.items():
+            value = getattr(config, name)
+            if value is not None and asked(value):
                 raise ValueError(f"The engine does not run `{name}`: {advice}.")
         if config.top_logprobs and config.top_logprobs > self.top_logprobs:
             raise ValueError(
@@ -333,9 +343,7 @@ class Engine:
         host["stop_token_ids"][slot] = settings["stop_token_ids"]
         host["logit_bias"][slot] = settings["logit_bias"]
         host["seeds"][slot] = (settings["seed"], row * ROW_STRIDE)
-        bucket = min(
-            self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH)
-        )
+        bucket = min(self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH))
         token_ids, mask = prompts_lib.pack([prompt], bucket)
         admit = self._program("admit", bucket)
         if self._device is None:
@@ -421,7 +429,10 @@ class Engine:
         key = (kind, bucket)
         if key not in self._programs:
             lm, backbone = self.lm, self.lm.backbone
-            function = {"admit": engine_programs.admit, "decode": engine_programs.decode}
+            function = {
+                "admit": engine_programs.admit,
+                "decode": engine_programs.decode,
+            }
             program = backend.compile_function(
                 functools.partial(function[kind], backbone),
                 lm.variables,
@@ -483,12 +494,6 @@ class Engine:
 _READ = ("token_ids", "log_probs", "top_log_probs", "top_token_ids")
 
 
-def _count(name, value):
-    from keras_gen.utils.checks import check_count
-
-    return check_count(name, value)
-
-
 def _call_config(generation_config, options):
     unknown = set(options) - set(GenerationConfig.__dataclass_fields__)
     if unknown:
@@ -529,9 +534,11 @@ def _settings(config, reader, vocabulary_size):
     bias[banned] = float("-inf")
     stop_ids = list(reader.stop_token_ids)
     return {
-        "temperature": (config.temperature if config.temperature is not None else 1.0)
-        if sampled
-        else 0.0,
+        "temperature": (
+            (config.temperature if config.temperature is not None else 1.0)
+            if sampled
+            else 0.0
+        ),
         "top_k": (config.top_k or 0) if sampled else 0,
         "top_p": (config.top_p or 1.0) if sampled else 1.0,
         "min_p": (config.min_p or 0.0) if sampled else 0.0,

@@ -1,0 +1,234 @@
+"""The continuous-batching engine: every request as if it ran alone."""
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from keras_gen import GenerationConfig
+from keras_gen.sampling import options as options_lib
+from keras_gen.serving import Engine
+from keras_gen.serving import EngineClosed
+from keras_gen.serving import EngineFull
+from tests.text_models import tiny_text_lm
+
+TIMEOUT = 300
+PROMPTS = [
+    "The for statement",
+    "A class",
+    "Exceptions are raised when",
+    "The while",
+    "is used",
+    "an error is detected",
+    "The",
+    "iterate over the elements",
+]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_text_lm(max_sequence_length=128)
+
+
+@pytest.fixture(scope="module")
+def engine(lm):
+    with Engine(lm, max_batch_size=4, max_length=64, chunk_size=3) as engine:
+        yield engine
+
+
+def mixed_requests(count, seed=0):
+    """`count` (prompt, config) pairs: greedy and seeded sampling with every
+    per-row setting. Each sets a one-token bias and a minimum length, so
+    that the references run few programs."""
+    rng = np.random.default_rng(seed)
+    requests = []
+    for i in range(count):
+        options = dict(
+            max_new_tokens=int(rng.integers(3, 14)),
+            logit_bias={int(rng.integers(0, 300)): float(rng.choice([-100.0, 3.0]))},
+            min_new_tokens=int(rng.integers(1, 3)),
+            repetition_penalty=float(rng.choice([1.0, 1.3])),
+            presence_penalty=float(rng.choice([0.0, 0.7])),
+            frequency_penalty=float(rng.choice([0.0, -0.4])),
+            output_log_probs=True,
+            top_logprobs=3,
+        )
+        if i % 2:
+            options.update(
+                do_sample=True,
+                seed=int(rng.integers(0, 1000)),
+                temperature=float(rng.choice([0.5, 1.0, 1.5])),
+                top_k=int(rng.choice([0, 5, 40])),
+                top_p=float(rng.choice([1.0, 0.8])),
+                min_p=float(rng.choice([0.0, 0.1])),
+            )
+        else:
+            options["temperature"] = 0.0
+        if i % 5 == 0:
+            options["stop_strings"] = ["e"]
+        requests.append((PROMPTS[i % len(PROMPTS)], GenerationConfig(**options)))
+    return requests
+
+
+def alone(lm, prompt, config):
+    """`lm.generate` of the request alone. Its sampler and processors carry
+    every filter and penalty (neutral where not asked for), which changes no
+    token and lets the references share a few programs."""
+    _, sampler, processors = options_lib.resolve(
+        GenerationConfig(), config, complete=True
+    )
+    return lm.generate(
+        prompt,
+        config.without("sampling", "processors"),
+        sampler=sampler,
+        processors=processors,
+        return_dict=True,
+    )
+
+
+def assert_same(record, alone):
+    assert record.token_ids == alone.token_ids
+    assert record.text == alone.text
+    assert record.finish_reasons == alone.finish_reasons
+    for ours, theirs in zip(record.log_probs, alone.log_probs):
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    for ours, theirs in zip(record.top_token_ids, alone.top_token_ids):
+        np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
+
+
+def test_staggered_mixed_requests_equal_each_request_alone(engine, lm):
+    requests = mixed_requests(24)
+    handles = [None] * len(requests)
+
+    def arrive():
+        for i, (prompt, config) in enumerate(requests):
+            handles[i] = engine.submit(prompt, config)
+            time.sleep(0.002 * (i % 4))
+
+    thread = threading.Thread(target=arrive)
+    thread.start()
+    thread.join(TIMEOUT)
+    records = [handle.result(TIMEOUT) for handle in handles]
+    for (prompt, config), record in zip(requests, records):
+        assert_same(record, alone(lm, prompt, config))
+
+
+def test_more_prompts_than_slots_come_back_in_order(engine, lm):
+    prompts = PROMPTS + PROMPTS[:3]
+    records = engine.generate(prompts, max_new_tokens=5, temperature=0)
+    assert [r.text for r in records] == [
+        lm.generate(p, max_new_tokens=5, do_sample=False, return_dict=True).text
+        for p in prompts
+    ]
+    # One config per prompt.
+    configs = [GenerationConfig(max_new_tokens=n, temperature=0) for n in (2, 3)]
+    records = engine.generate(PROMPTS[:2], configs)
+    assert [len(r.token_ids[0]) for r in records] == [2, 3]
+
+
+def test_n_rows_of_a_request_are_the_rows_of_generate(engine, lm):
+    record = engine.submit(
+        "The while", max_new_tokens=6, do_sample=True, seed=4, num_return_sequences=3
+    ).result(TIMEOUT)
+    expected = lm.generate(
+        "The while",
+        max_new_tokens=6,
+        do_sample=True,
+        seed=4,
+        num_return_sequences=3,
+        return_dict=True,
+    )
+    assert record.token_ids == expected.token_ids
+    assert len(set(map(tuple, record.token_ids))) > 1
+
+
+def test_streams_in_chunks_and_async(engine, lm):
+    handle = engine.submit("The for statement", max_new_tokens=10, temperature=0)
+    chunks = list(handle)
+    assert len(chunks) > 1
+    alone = lm.generate("The for statement", max_new_tokens=10, do_sample=False)
+    assert "The for statement" + "".join(c.text[0] for c in chunks) == alone
+
+    async def collect():
+        handle = engine.submit("A class", max_new_tokens=7, temperature=0)
+        return [chunk async for chunk in handle]
+
+    chunks = asyncio.run(collect())
+    assert "A class" + "".join(c.text[0] for c in chunks) == lm.generate(
+        "A class", max_new_tokens=7, do_sample=False
+    )
+
+
+def test_cancel_frees_the_slot(engine):
+    handles = [
+        engine.submit("The", max_new_tokens=40, temperature=0, stop_token_ids=[])
+        for _ in range(4)
+    ]
+    next(iter(handles[0]))
+    for handle in handles:
+        handle.cancel()
+    deadline = time.monotonic() + TIMEOUT
+    while engine.running or engine.waiting:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    # The freed slots serve new requests.
+    assert engine.submit("A class", max_new_tokens=3, temperature=0).result(TIMEOUT)
+
+
+def test_no_compile_after_warm_up(engine):
+    # Every prompt bucket here has run: settings never compile.
+    before = engine.metrics.compilations._value.get()
+    engine.generate([p for p, _ in mixed_requests(8, seed=1)], max_new_tokens=4)
+    for prompt, config in mixed_requests(8, seed=2):
+        engine.submit(prompt, config).result(TIMEOUT)
+    assert engine.metrics.compilations._value.get() == before
+
+
+def test_a_full_queue_is_refused():
+    lm = tiny_text_lm(max_sequence_length=128)
+    with Engine(lm, max_batch_size=1, max_length=128, max_queue=1) as engine:
+        long = engine.submit(
+            "The", max_new_tokens=100, stop_token_ids=[], temperature=0
+        )
+        next(iter(long))  # it holds the only slot
+        waiting = engine.submit("A class", max_new_tokens=2, temperature=0)
+        with pytest.raises(EngineFull, match="max_queue"):
+            engine.submit("The while", max_new_tokens=2)
+        long.cancel()
+        assert waiting.result(TIMEOUT).finish_reasons == ["length"]
+
+
+def test_close_ends_requests_in_flight_with_a_clear_error():
+    lm = tiny_text_lm(max_sequence_length=128)
+    engine = Engine(lm, max_batch_size=1, max_length=128)
+    running = engine.submit("The", max_new_tokens=120, stop_token_ids=[], temperature=0)
+    waiting = engine.submit("A class", max_new_tokens=5)
+    next(iter(running))
+    engine.close()
+    for handle in (running, waiting):
+        with pytest.raises(EngineClosed):
+            handle.result(TIMEOUT)
+    with pytest.raises(EngineClosed):
+        engine.submit("x")
+
+
+@pytest.mark.parametrize(
+    "options, error, match",
+    [
+        (dict(num_beams=2), ValueError, "num_beams"),
+        (dict(penalty_alpha=0.5), ValueError, "penalty_alpha"),
+        (dict(output_scores=True), ValueError, "output_scores"),
+        (dict(max_new_tokens=100), ValueError, "max_length"),
+        (dict(logit_bias={(1, 2): 1.0}), ValueError, "single tokens"),
+        (dict(num_return_sequences=9), ValueError, "slots"),
+        (dict(top_logprobs=21), ValueError, "top_logprobs"),
+        (dict(temprature=0.5), TypeError, "temprature"),
+        (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
+        (dict(forced_eos_token_id=0), ValueError, "forced_eos_token_id"),
+    ],
+)
+def test_bad_requests_are_refused_at_submit(engine, options, error, match):
+    with pytest.raises(error, match=match):
+        engine.submit("The", **{"max_new_tokens": 2, **options})

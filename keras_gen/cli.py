@@ -164,13 +164,26 @@ def _add_serve(commands):
         "--max-batch-size",
         type=_number(int, low=1),
         default=8,
-        help="rows per compiled generate call",
+        help="requests decoded together (the engine's slots)",
     )
     serve.add_argument(
-        "--batch-wait-ms",
-        type=_number(float, low=0),
-        default=10.0,
-        help="how long a new batch waits for more requests",
+        "--max-length",
+        type=_number(int, low=1),
+        default=None,
+        help="prompt plus completion tokens a request may reach "
+        "(default: the model's context, at most 2048)",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=_number(int, low=1),
+        default=256,
+        help="requests that may wait for a slot; more get a 429",
+    )
+    serve.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="compile on the first requests instead of at startup",
     )
     serve.add_argument(
         "--model-name",
@@ -406,7 +419,9 @@ def run_serve(args):
         port=args.port,
         model_name=args.model_name or args.model,
         max_batch_size=args.max_batch_size,
-        batch_wait_seconds=args.batch_wait_ms / 1000,
+        max_length=args.max_length,
+        max_queue=args.max_queue,
+        warm_up=args.warm_up,
     )
     return 0
 

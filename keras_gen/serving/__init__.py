@@ -8,7 +8,6 @@ import importlib
 
 _EXPORTS = {
     "APIError": "keras_gen.serving.api_error",
-    "BatchScheduler": "keras_gen.serving.batch_scheduler",
     "ChatTemplate": "keras_gen.serving.chat_template",
     "CompletionRequest": "keras_gen.serving.completion_request",
     "Engine": "keras_gen.serving.engine",

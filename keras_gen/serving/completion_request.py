@@ -1,15 +1,11 @@
 """One OpenAI-style completion or chat request, read and checked."""
 
-import itertools
-import json
-
+from keras_gen.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation_config import GenerationConfig
-from keras_gen.sampling import options as options_lib
 from keras_gen.serving.api_error import APIError
 
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 5
-MAX_TOP_LOGPROBS = 20
 # OpenAI's range of a `logit_bias` value.
 MAX_LOGIT_BIAS = 100
 # Request fields that are generation options, by option name.
@@ -26,7 +22,6 @@ OPTION_FIELDS = {
 }
 # Chat roles a message may have.
 ROLES = ("system", "user", "assistant", "tool", "developer")
-_unique = itertools.count()
 
 
 def _is_int(value):
@@ -73,9 +68,7 @@ class CompletionRequest:
     """A validated `/v1/completions` or `/v1/chat/completions` body.
 
     Reads every field the server supports, checks types and ranges (an
-    `APIError` names the field at fault), tokenizes the prompt(s) and
-    builds the sampler and logits processors. Requests with equal
-    `batch_key`s can share one compiled generate call.
+    `APIError` names the field at fault) and tokenizes the prompt(s).
 
     Supported fields: `model`, `prompt` (completions: a string, a list of
     strings, a list of token ids or a list of such lists) or `messages`
@@ -85,21 +78,19 @@ class CompletionRequest:
     a bool with `top_logprobs`), `presence_penalty`, `frequency_penalty`,
     `repetition_penalty`, `logit_bias`, `stream`,
     `stream_options.include_usage`, and vLLM's `ignore_eos`, `min_tokens`
-    and `stop_token_ids`. Other fields are ignored. Fields the request
-    leaves out take the served model's defaults (its
-    `generation_config.json`, as vLLM), then OpenAI's (temperature 1).
+    and `stop_token_ids`. Other fields are ignored.
 
-    The options become a `GenerationConfig` (which checks every value) and,
-    through `keras_gen.sampling.options`, a sampler and processors that
-    carry every filter and penalty, so any mix of settings shares one
-    compiled program.
+    The options become `config`, a `GenerationConfig` (which checks every
+    value) of what the request sets; the engine puts it over the server's
+    defaults (the model's `generation_config.json`, as vLLM reads it, then
+    OpenAI's temperature of 1).
 
     Args:
         body: the decoded JSON object.
         kind: `"completion"` or `"chat"`.
         model: the served model's context: needs `name`, `tokenizer`,
-            `vocabulary_size`, `context_length`, `chat_template`,
-            `max_batch_size`, `defaults` (a `GenerationConfig`) and
+            `vocabulary_size`, `context_length` (prompt plus completion),
+            `chat_template`, `max_batch_size` (the most `n`) and
             `end_token_ids`.
     """
 
@@ -122,12 +113,6 @@ class CompletionRequest:
             )
         stop_strings = list(self._read_prompts(body, model))
         self.n = _count(body, "n", 1, model.max_batch_size, 1)
-        if self.n * len(self.prompts) > model.max_batch_size:
-            raise APIError(
-                f"`n` times the number of prompts ({self.n * len(self.prompts)}) "
-                f"exceeds the server's batch size of {model.max_batch_size}.",
-                param="n",
-            )
         self.stream = _field(
             body, "stream", lambda v: isinstance(v, bool), "a boolean", False
         )
@@ -141,9 +126,7 @@ class CompletionRequest:
         self._read_max_tokens(body, model)
         self._read_logprobs(body)
         self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)
-        self.config, self.sampler, self.processors = options_lib.resolve(
-            model.defaults, self._read_options(body, model), complete=True
-        )
+        self.config = self._read_options(body, model)
 
     def _read_prompts(self, body, model):
         """Sets `self.prompts` (token id lists); yields template stop strings."""
@@ -301,7 +284,7 @@ class CompletionRequest:
             max_new_tokens=self.max_tokens,
             stop_strings=list(self.stop) or None,
             output_log_probs=self.logprobs is not None or None,
-            output_scores=bool(self.logprobs) or None,
+            top_logprobs=self.logprobs or None,
         )
         fields = {option: field for field, option in OPTION_FIELDS.items()}
         fields["stop_token_ids"] = "stop_token_ids"
@@ -340,27 +323,6 @@ class CompletionRequest:
         return {int(k): float(v) for k, v in bias.items()}
 
     @property
-    def seed(self):
-        return self.config.seed
-
-    @property
     def rows(self):
         """Rows this request adds to a batch: each prompt `n` times."""
         return [prompt for prompt in self.prompts for _ in range(self.n)]
-
-    @property
-    def batch_key(self):
-        """Requests with equal keys can run as rows of one generate call.
-
-        Everything that is one value per compiled call is in the key: the
-        options (sampling, penalties, stops, length, outputs asked for). A
-        sampled request with a `seed` gets a batch of its own, so that its
-        text depends on the seed alone.
-        """
-        options = self.config.to_dict()
-        sampled = not self.sampler.deterministic
-        if not sampled or self.seed is None:
-            options.pop("seed", None)
-        else:
-            options["seed"] = [self.seed, next(_unique)]
-        return json.dumps(options, sort_keys=True, default=str)

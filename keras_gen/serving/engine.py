@@ -64,7 +64,7 @@ class _Job:
         self.settings = settings
         self.max_time = max_time
         self.slots = []
-        self.submitted = time.perf_counter()
+        self.submitted = self.admitted = time.perf_counter()
         self.last_delivery = [None] * handle.rows
 
     @property
@@ -96,8 +96,8 @@ class Engine:
     depend on the other requests, on its slot or on when it arrived (random
     draws are keyed by its seed, its row and the position). A request
     without a seed gets a fresh one. Options come from the request over
-    `lm.generation_config`; the compiled sampler and processors of `lm` are
-    not used. Beam search, contrastive search, speculative decoding and the
+    the engine's `generation_config` (by default `lm.generation_config`);
+    the compiled sampler and processors of `lm` are not used. Beam search, contrastive search, speculative decoding and the
     per-step scores, logits and hidden states stay with `lm.generate`.
 
     Args:
@@ -110,6 +110,8 @@ class Engine:
         max_queue: int or `None`, requests that may wait for a slot;
             `submit` raises `EngineFull` beyond.
         top_logprobs: int, the most alternatives a request may ask for.
+        generation_config: a `GenerationConfig` (or dict): the options of a
+            request that sets none; by default `lm.generation_config`.
 
     Examples:
     >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
@@ -127,8 +129,14 @@ class Engine:
         chunk_size=4,
         max_queue=None,
         top_logprobs=MAX_TOP_LOGPROBS,
+        generation_config=None,
     ):
         self.lm = lm
+        self.generation_config = (
+            lm.generation_config
+            if generation_config is None
+            else GenerationConfig.from_dict(generation_config)
+        )
         self.num_slots = check_count("max_batch_size", max_batch_size)
         self.chunk_size = check_count("chunk_size", chunk_size)
         self.max_queue = (
@@ -146,6 +154,7 @@ class Engine:
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
         self.metrics = EngineMetrics()
+        self.compilations = 0  # programs traced or compiled so far
         self._condition = threading.Condition()
         self._waiting = collections.deque()
         self._jobs = []  # admitted and not yet finished
@@ -238,14 +247,46 @@ class Engine:
 
     @property
     def waiting(self):
+        """How many requests wait for a slot."""
         return len(self._waiting)
+
+    @property
+    def stats(self):
+        """Slots, running and waiting requests, and compilations so far."""
+        return {
+            "slots": self.num_slots,
+            "running": self.running,
+            "waiting": self.waiting,
+            "compilations": self.compilations,
+        }
+
+    @property
+    def prompt_buckets(self):
+        """The padded prompt lengths: one admit program each."""
+        buckets = []
+        size = MIN_PREFILL_LENGTH
+        while size < self.cache_length:
+            buckets.append(size)
+            size *= 2
+        return buckets + [self.cache_length]
+
+    def warm_up(self):
+        """Compile every program now (the admit program of each prompt
+        bucket and the decode program), so that no request waits for a
+        compile. Call it before submitting requests."""
+        with self._condition:
+            if self._jobs or self._waiting:
+                raise RuntimeError("`warm_up` runs before any request is submitted.")
+            for bucket in self.prompt_buckets:
+                self._admit_prompt(0, [0] * bucket, bucket)
+            self._decode_chunk()
 
     # Reading a request.
 
     def _prepare(self, prompt, generation_config, options):
         lm = self.lm
         call = _call_config(generation_config, options)
-        config = lm.generation_config.merge(call)
+        config = self.generation_config.merge(call)
         for name, (asked, advice) in UNSUPPORTED.items():
             value = getattr(config, name)
             if value is not None and asked(value):
@@ -320,6 +361,7 @@ class Engine:
                     return
                 job = self._waiting.popleft()
                 job.slots = [self._free.pop(0) for _ in range(job.rows)]
+                job.admitted = time.perf_counter()
                 self._jobs.append(job)
                 self.metrics.waiting.set(len(self._waiting))
             self.metrics.running.set(len(self._jobs))
@@ -344,6 +386,10 @@ class Engine:
         host["logit_bias"][slot] = settings["logit_bias"]
         host["seeds"][slot] = (settings["seed"], row * ROW_STRIDE)
         bucket = min(self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH))
+        self._admit_prompt(slot, prompt, bucket)
+
+    def _admit_prompt(self, slot, prompt, bucket):
+        """Seed `slot`'s cache rows with `prompt`, padded to `bucket`."""
         token_ids, mask = prompts_lib.pack([prompt], bucket)
         admit = self._program("admit", bucket)
         if self._device is None:
@@ -392,13 +438,14 @@ class Engine:
         for row, ids in enumerate(chunk.token_ids):
             if not ids:
                 continue
+            # The chunk's tokens arrive together: they share the time since
+            # the row's previous delivery (or, for the first, its admission).
             last = job.last_delivery[row]
+            gap = (now - (job.admitted if last is None else last)) / len(ids)
             if last is None:
                 self.metrics.time_to_first_token.observe(now - job.submitted)
-            else:
-                # The chunk's tokens arrived together: share the gap.
-                for _ in ids:
-                    self.metrics.inter_token_latency.observe((now - last) / len(ids))
+            for _ in ids[last is None :]:
+                self.metrics.inter_token_latency.observe(gap)
             job.last_delivery[row] = now
 
     def _release(self, job, error=None):
@@ -446,7 +493,9 @@ class Engine:
         def call(*args):
             before = backend.trace_count()
             result = program(*args)
-            self.metrics.compilations.inc(backend.trace_count() - before)
+            compiled = backend.trace_count() - before
+            self.compilations += compiled
+            self.metrics.compilations.inc(compiled)
             return result
 
         return call

@@ -2,6 +2,9 @@
 
 import prometheus_client
 
+# The content type of `EngineMetrics.text()`.
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+
 
 class EngineMetrics:
     """Counters, gauges and histograms of one `Engine`, in its own registry.
@@ -40,7 +43,9 @@ class EngineMetrics:
             "keras_gen_running_requests", "Requests holding slots.", registry=registry
         )
         self.waiting = prometheus_client.Gauge(
-            "keras_gen_waiting_requests", "Requests waiting for a slot.", registry=registry
+            "keras_gen_waiting_requests",
+            "Requests waiting for a slot.",
+            registry=registry,
         )
         self.compilations = prometheus_client.Counter(
             "keras_gen_program_compilations",

@@ -1,9 +1,10 @@
 """The OpenAI-compatible HTTP API: a FastAPI app and `serve`.
 
 Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`,
-`GET /v1/models`, `GET /health`. Requests are validated by
-`CompletionRequest`, batched by `BatchScheduler`, and answered as JSON or,
-with `"stream": true`, as server-sent events ending with `data: [DONE]`.
+`GET /v1/models`, `GET /health`, `GET /metrics`. Requests are validated by
+`CompletionRequest`, run by one continuous-batching `Engine` (every request
+joins the running batch) and answered as JSON or, with `"stream": true`, as
+server-sent events ending with `data: [DONE]`.
 """
 
 import asyncio
@@ -20,10 +21,12 @@ import starlette.exceptions
 
 from keras_gen.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
-from keras_gen.serving.batch_scheduler import BatchScheduler
 from keras_gen.serving.chat_template import ChatTemplate
 from keras_gen.serving.completion_request import CompletionRequest
-from keras_gen.serving.generation_job import GenerationJob
+from keras_gen.serving.engine import Engine
+from keras_gen.serving.engine import EngineClosed
+from keras_gen.serving.engine import EngineFull
+from keras_gen.serving.engine_metrics import CONTENT_TYPE
 
 MAX_BODY_BYTES = 1 << 20
 OBJECTS = {
@@ -96,7 +99,7 @@ def _error_response(error):
 
 
 class _Completion:
-    """Accumulates a job's chunks into OpenAI response objects."""
+    """Accumulates a request's chunks into OpenAI response objects."""
 
     def __init__(self, request, served):
         self.request = request
@@ -112,20 +115,19 @@ class _Completion:
         self.top = [[] for _ in range(rows)]
         self.finish_reasons = [None] * rows
 
-    def add(self, pieces):
-        """Take in one chunk; per row, the piece and its new finish reason."""
+    def add(self, offset, chunk):
+        """Take in an engine chunk for the rows from `offset` on; returns,
+        per row, its index, its piece and its finish reason if it ended."""
         added = []
-        for r, piece in enumerate(pieces):
-            reason = None
-            if self.finish_reasons[r] is None:
-                self.text[r] += piece["text"]
-                self.tokens[r] += piece["token_ids"]
-                self.log_probs[r] += piece["log_probs"] or []
-                self.top[r] += piece["top_logprobs"] or []
-                reason = self.finish_reasons[r] = piece["finish_reason"]
-            else:
-                piece = {**piece, "text": "", "token_ids": [], "log_probs": None}
-            added.append((piece, reason))
+        for r, piece in enumerate(_pieces(chunk), offset):
+            if self.finish_reasons[r] is not None:  # ended in an earlier chunk
+                continue
+            self.text[r] += piece["text"]
+            self.tokens[r] += piece["token_ids"]
+            self.log_probs[r] += piece["log_probs"] or []
+            self.top[r] += piece["top_logprobs"] or []
+            self.finish_reasons[r] = piece["finish_reason"]
+            added.append((r, piece, piece["finish_reason"]))
         return added
 
     def _token_text(self, token_id):
@@ -227,7 +229,7 @@ class _Completion:
 
     def chunk(self, added):
         choices = []
-        for r, (piece, reason) in enumerate(added):
+        for r, piece, reason in added:
             if not piece["text"] and not piece["token_ids"] and reason is None:
                 continue
             offset = len(self.text[r]) - len(piece["text"])
@@ -248,36 +250,131 @@ def _sse(data):
     return f"data: {_dumps(data)}\n\n"
 
 
-async def _stream_events(job, completion):
+def _pieces(chunk):
+    """Per row of an engine chunk: its text, tokens, log-probabilities,
+    top alternatives (`(token id, log-probability)` pairs per token) and
+    finish reason, as plain Python values."""
+    for r, token_ids in enumerate(chunk.token_ids):
+        top = None
+        if chunk.top_token_ids is not None:
+            top = [
+                [(int(t), float(v)) for t, v in zip(ids, values)]
+                for ids, values in zip(chunk.top_token_ids[r], chunk.top_log_probs[r])
+            ]
+        yield {
+            "text": chunk.text[r],
+            "token_ids": [int(t) for t in token_ids],
+            "log_probs": (
+                None
+                if chunk.log_probs is None
+                else [float(v) for v in chunk.log_probs[r]]
+            ),
+            "top_logprobs": top,
+            "finish_reason": chunk.finish_reasons[r],
+        }
+
+
+def _submit(engine, request):
+    """One engine handle per prompt of `request`, each with `n` rows."""
+    handles = []
+    try:
+        for prompt in request.prompts:
+            handles.append(
+                engine.submit(prompt, request.config, num_return_sequences=request.n)
+            )
+    except EngineFull as error:
+        _cancel(handles)
+        raise APIError(
+            str(error), status=429, type="rate_limit_error", code="rate_limit_exceeded"
+        ) from None
+    except EngineClosed as error:
+        _cancel(handles)
+        raise _unavailable(error) from None
+    except (TypeError, ValueError) as error:
+        _cancel(handles)
+        raise APIError(str(error)) from None
+    return handles
+
+
+def _unavailable(error):
+    return APIError(str(error), status=503, type="server_error", code="unavailable")
+
+
+def _cancel(handles):
+    for handle in handles:
+        handle.cancel()
+
+
+async def _chunks(handles, n):
+    """`(first row, chunk)` for the chunks of every handle, as they come."""
+    queue = asyncio.Queue()
+
+    async def pump(index, handle):
+        try:
+            async for chunk in handle:
+                await queue.put((index * n, chunk, None))
+        except Exception as error:  # handed to the reader below
+            await queue.put((index * n, None, error))
+        else:
+            await queue.put((index * n, None, None))
+
+    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        running = len(tasks)
+        while running:
+            offset, chunk, error = await queue.get()
+            if isinstance(error, EngineClosed):
+                raise _unavailable(error)
+            if error is not None:
+                raise error
+            if chunk is None:
+                running -= 1
+            else:
+                yield offset, chunk
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _stream_events(handles, completion):
     try:
         if completion.request.kind == "chat":
             yield _sse(completion.first_chunk())
-        async for event in job.events():
-            if event["type"] == "error":
-                yield _sse(event["error"].to_dict())
-                break
-            if event["type"] == "chunk":
-                chunk = completion.chunk(completion.add(event["rows"]))
-                if chunk is not None:
-                    yield _sse(chunk)
+        try:
+            async for offset, chunk in _chunks(handles, completion.request.n):
+                event = completion.chunk(completion.add(offset, chunk))
+                if event is not None:
+                    yield _sse(event)
+        except Exception as error:  # the status is sent: say it in the stream
+            if not isinstance(error, APIError):
+                error = APIError(
+                    f"Internal error: {error}", status=500, type="server_error"
+                )
+            yield _sse(error.to_dict())
         if completion.request.include_usage:
             yield _sse(completion.usage_chunk())
         yield "data: [DONE]\n\n"
     finally:
         # Ended, or the client went away (the response task is cancelled).
-        job.cancel()
+        _cancel(handles)
 
 
-async def _complete(job, completion):
+async def _complete(request, handles, completion):
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, handles))
     try:
-        async for event in job.events():
-            if event["type"] == "error":
-                raise event["error"]
-            if event["type"] == "chunk":
-                completion.add(event["rows"])
+        async for offset, chunk in _chunks(handles, completion.request.n):
+            completion.add(offset, chunk)
     finally:
-        job.cancel()
+        watcher.cancel()
+        _cancel(handles)
     return completion.response()
+
+
+async def _cancel_on_disconnect(request, handles):
+    """Cancel `handles` when the client of a plain request goes away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    _cancel(handles)
 
 
 def _add_error_handlers(app):
@@ -333,8 +430,8 @@ class _ServerErrors:
             await response(scope, receive, send)
 
 
-def _add_routes(app, scheduler, served, started, max_body_bytes):
-    """The four endpoints."""
+def _add_routes(app, engine, served, started, max_body_bytes):
+    """The five endpoints."""
     import keras
 
     model_name = served.name
@@ -345,8 +442,14 @@ def _add_routes(app, scheduler, served, started, max_body_bytes):
             "status": "ok",
             "model": model_name,
             "backend": keras.config.backend(),
-            **scheduler.stats,
+            **engine.stats,
         }
+
+    @app.get("/metrics")
+    async def metrics():
+        return fastapi.responses.Response(
+            engine.metrics.text(), media_type=CONTENT_TYPE
+        )
 
     @app.get("/v1/models")
     async def models():
@@ -366,16 +469,15 @@ def _add_routes(app, scheduler, served, started, max_body_bytes):
     async def generate(request, kind):
         body = await _read_json(request, max_body_bytes)
         parsed = CompletionRequest(body, kind, served)
-        job = GenerationJob(parsed, asyncio.get_running_loop())
+        handles = _submit(engine, parsed)
         completion = _Completion(parsed, served)
-        scheduler.submit(job)
         if parsed.stream:
             return fastapi.responses.StreamingResponse(
-                _stream_events(job, completion),
+                _stream_events(handles, completion),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        return await _complete(job, completion)
+        return await _complete(request, handles, completion)
 
     @app.post("/v1/completions")
     async def completions(request: fastapi.Request):
@@ -404,18 +506,31 @@ def create_app(
     lm,
     model_name="demo",
     max_batch_size=8,
-    batch_wait_seconds=0.01,
-    num_workers=4,
-    stream_chunk_size=4,
+    max_length=None,
+    max_queue=256,
+    chunk_size=4,
+    warm_up=False,
     max_body_bytes=MAX_BODY_BYTES,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
 
+    Every request runs on one `Engine` (continuous batching: requests join
+    the running batch between chunks of steps, whatever their settings).
+    The app starts the engine's work with its lifespan and closes the engine
+    when it shuts down. Beam and contrastive search are not served (the
+    OpenAI API has no field for them): use `CausalLM.generate`.
+
     Args:
         lm: a `keras_gen.models.CausalLM` with a tokenizer.
         model_name: str, the name clients pass as `model`.
-        max_batch_size, batch_wait_seconds, num_workers, stream_chunk_size:
-            see `BatchScheduler`.
+        max_batch_size: int, the engine's slots (rows decoded together;
+            also the most `n` of one request).
+        max_length: int, prompt plus completion a request may reach; by
+            default the model's context (at most 2048).
+        max_queue: int, requests that may wait for a slot; more get a 429.
+        chunk_size: int, decode steps between two admissions (and stream
+            events).
+        warm_up: bool, compile every program at startup, before serving.
         max_body_bytes: int, larger request bodies get a 413.
 
     Examples:
@@ -424,21 +539,21 @@ def create_app(
     """
     if lm.tokenizer is None:
         raise ValueError("The served model needs a tokenizer.")
-    scheduler = BatchScheduler(
+    engine = Engine(
         lm,
         max_batch_size=max_batch_size,
-        batch_wait_seconds=batch_wait_seconds,
-        num_workers=num_workers,
-        stream_chunk_size=stream_chunk_size,
+        max_length=max_length,
+        chunk_size=chunk_size,
+        max_queue=max_queue,
+        generation_config=server_defaults(lm),
     )
     served = types.SimpleNamespace(
         name=model_name,
         tokenizer=lm.tokenizer,
         vocabulary_size=lm.backbone.vocabulary_size,
-        context_length=lm.backbone.max_sequence_length,
+        context_length=engine.max_length,
         chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
-        max_batch_size=max_batch_size,
-        defaults=server_defaults(lm),
+        max_batch_size=engine.num_slots,
         end_token_ids=(
             lm.generation_config.eos_token_id or lm.tokenizer.eos_token_ids or []
         ),
@@ -447,18 +562,19 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        scheduler.start()
+        if warm_up:
+            await asyncio.to_thread(engine.warm_up)
         yield
-        await asyncio.to_thread(scheduler.close)
+        await asyncio.to_thread(engine.close)
 
     app = fastapi.FastAPI(
         title="keras-gen", lifespan=lifespan, default_response_class=_JSONResponse
     )
-    app.state.scheduler = scheduler
+    app.state.engine = engine
     app.state.served = served
 
     _add_error_handlers(app)
-    _add_routes(app, scheduler, served, started, max_body_bytes)
+    _add_routes(app, engine, served, started, max_body_bytes)
     return app
 
 

@@ -2,9 +2,6 @@ import types
 
 import pytest
 
-from keras_gen import GenerationConfig
-from keras_gen import processors
-from keras_gen import samplers
 from keras_gen.serving import APIError
 from keras_gen.serving import ChatTemplate
 from keras_gen.serving import CompletionRequest
@@ -23,7 +20,6 @@ def served():
         context_length=64,
         chat_template=ChatTemplate(),
         max_batch_size=4,
-        defaults=GenerationConfig(temperature=1.0),
         end_token_ids=[0],
     )
 
@@ -41,16 +37,8 @@ def test_defaults(served):
     assert request.prompts == [served.tokenizer.encode("The for")]
     assert request.max_tokens == 16 and request.n == 1 and not request.stream
     assert request.logprobs is None
-    # OpenAI's default: sampling at temperature 1, with every filter and
-    # penalty in the program (neutral), so that all requests share it.
-    sampler = request.sampler
-    assert isinstance(sampler, samplers.RandomSampler) and sampler.temperature == 1
-    assert (sampler.top_k, sampler.top_p, sampler.min_p) == (0, 1.0, 0.0)
-    assert [type(p) for p in request.processors] == [
-        processors.RepetitionPenalty,
-        processors.FrequencyPenalty,
-        processors.PresencePenalty,
-    ]
+    # Only what the request sets: the engine's defaults fill in the rest.
+    assert request.config.to_dict() == {"max_new_tokens": 16}
 
 
 def test_chat_prompt_and_default_length(served):
@@ -61,61 +49,49 @@ def test_chat_prompt_and_default_length(served):
     assert "\nUser:" in request.stop
 
 
-def test_sampler_choice(served):
-    assert isinstance(
-        read(served, temperature=0, top_k=3).sampler, samplers.GreedySampler
+def test_sampling_fields(served):
+    config = read(served, temperature=0.5, top_p=0.8, top_k=3, min_p=0.1, seed=4).config
+    assert (config.temperature, config.top_k, config.top_p, config.min_p) == (
+        0.5,
+        3,
+        0.8,
+        0.1,
     )
-    # top_k, top_p and min_p all apply together (vLLM's order).
-    sampler = read(served, temperature=0.5, top_p=0.8, top_k=3, min_p=0.1).sampler
-    assert isinstance(sampler, samplers.RandomSampler)
-    assert (sampler.temperature, sampler.top_k, sampler.top_p, sampler.min_p) == (
-        0.5, 3, 0.8, 0.1
-    )
-    assert read(served, top_k=-1).sampler.top_k == 0
-    structures = {
-        read(served, **fields).sampler.get_structure()
-        for fields in ({}, {"top_k": 5}, {"top_p": 0.5, "min_p": 0.2}, {"temperature": 2})
-    }
-    assert len(structures) == 1
+    assert config.seed == 4 and config.mode == "sample"
+    assert read(served, temperature=0, top_k=3).config.mode == "greedy"
+    assert read(served, top_k=-1).config.top_k == 0  # vLLM's "no top-k"
 
 
-def test_penalties_and_biases_become_processors(served):
-    request = read(
+def test_penalties_biases_and_logprobs(served):
+    config = read(
         served,
         presence_penalty=0.5,
         frequency_penalty=-0.5,
         repetition_penalty=1.3,
         logit_bias={"5": -100, "7": 2.5},
         min_tokens=3,
-    )
-    assert [type(p) for p in request.processors] == [
-        processors.MinLength,
-        processors.LogitBias,
-        processors.RepetitionPenalty,
-        processors.FrequencyPenalty,
-        processors.PresencePenalty,
-    ]
-    assert request.processors[1].bias == {5: -100.0, 7: 2.5}
-    neutral = read(served).processors
-    assert [p.get_structure() for p in neutral] == [
-        p.get_structure() for p in request.processors[2:]
-    ]
+        logprobs=2,
+    ).config
+    assert (
+        config.presence_penalty,
+        config.frequency_penalty,
+        config.repetition_penalty,
+        config.min_new_tokens,
+    ) == (0.5, -0.5, 1.3, 3)
+    assert config.logit_bias == {5: -100.0, 7: 2.5}
+    assert config.output_log_probs and config.top_logprobs == 2
+    chat = read(served, "chat", logprobs=True, top_logprobs=4).config
+    assert chat.output_log_probs and chat.top_logprobs == 4
+    assert read(served, "chat", logprobs=True).config.top_logprobs is None
 
 
 def test_stop_token_ids_and_ignore_eos(served):
     assert read(served).config.stop_token_ids is None  # the model's end tokens
     assert read(served, stop_token_ids=[4]).config.stop_token_ids == [0, 4]
     assert read(served, ignore_eos=True).config.stop_token_ids == []
-    assert read(served, ignore_eos=True, stop_token_ids=[4]).config.stop_token_ids == [4]
-
-
-def test_batch_keys(served):
-    assert read(served).batch_key != read(served, temperature=0).batch_key
-    greedy = read(served, temperature=0, prompt="A class").batch_key
-    assert greedy == read(served, temperature=0, seed=3).batch_key
-    assert greedy != read(served, temperature=0, max_tokens=5).batch_key
-    # A seeded sampled request runs alone, so its text depends on the seed only.
-    assert read(served, seed=1).batch_key != read(served, seed=1).batch_key
+    assert read(served, ignore_eos=True, stop_token_ids=[4]).config.stop_token_ids == [
+        4
+    ]
 
 
 def test_prompt_forms(served):
@@ -143,7 +119,6 @@ def test_prompt_forms(served):
         ({"temperature": "1"}, "temperature", 400),
         ({"top_p": 0}, "top_p", 400),
         ({"n": 5}, "n", 400),
-        ({"prompt": ["a", "b", "c"], "n": 2}, "n", 400),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", 400),
         ({"stop": 3}, "stop", 400),
         ({"logprobs": 6}, "logprobs", 400),

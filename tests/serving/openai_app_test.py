@@ -1,5 +1,6 @@
 """The HTTP server, end to end: a real uvicorn on 127.0.0.1 and httpx."""
 
+import contextlib
 import json
 import os
 import socket
@@ -13,12 +14,15 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
-from keras_gen.serving import BatchScheduler  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from keras_gen.serving import ChatTemplate  # noqa: E402
+from keras_gen.serving import Engine  # noqa: E402
 from keras_gen.serving import create_app  # noqa: E402
 from tests.text_models import tiny_text_lm  # noqa: E402
 
-# Each worker compiles its own programs: heavy enough to run on one backend.
+# The engine's programs are those of tests/serving/engine_test.py, which runs
+# on every backend; the HTTP layer above them is the same on each.
 pytestmark = pytest.mark.only_backend("jax")
 
 MODEL = "tiny"
@@ -41,16 +45,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    lm = tiny_text_lm()
-    app = create_app(
-        lm, model_name=MODEL, batch_wait_seconds=0.2, num_workers=2, max_batch_size=8
-    )
-
-    @app.get("/test/fail")
-    async def fail():  # an unexpected error inside a handler
-        raise RuntimeError("boom")
+@contextlib.contextmanager
+def running(app):
+    """`app` on uvicorn at a free loopback port; a client to it."""
     port = free_port()
     uvicorn_server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -63,11 +60,24 @@ def server():
         time.sleep(0.05)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT)
     try:
-        yield client, lm, app.state.scheduler
+        yield client
     finally:
         client.close()
         uvicorn_server.should_exit = True
         thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def server():
+    lm = tiny_text_lm()
+    app = create_app(lm, model_name=MODEL, max_batch_size=8)
+
+    @app.get("/test/fail")
+    async def fail():  # an unexpected error inside a handler
+        raise RuntimeError("boom")
+
+    with running(app) as client:
+        yield client, lm, app.state.engine
 
 
 def complete(client, prompt, **fields):
@@ -163,25 +173,50 @@ def test_chat_completion_uses_the_template(server):
     assert streamed == text
 
 
-def test_concurrent_clients_each_get_their_own_answer(server):
-    client, lm, scheduler = server
-    batches_before = scheduler.stats["batches"]
-    answers = [None] * len(PROMPTS)
+def streamed_text(client, body):
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200, r.read()
+        chunks = events(r)[:-1]
+    return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+
+
+def test_concurrent_mixed_requests_equal_their_single_answers(server):
+    client, lm, engine = server
+    requests = []
+    for i in range(12):
+        fields = {"max_tokens": 6 + i % 5}
+        if i % 3:
+            fields.update(temperature=0.6 + 0.1 * (i % 4), top_k=5 + i, seed=i)
+        else:
+            fields.update(temperature=0)
+        if i % 4 == 1:
+            fields.update(presence_penalty=0.5, stop=["\n\n"])
+        requests.append(
+            ({"model": MODEL, "prompt": PROMPTS[i % len(PROMPTS)], **fields}, i % 2)
+        )
+    singles = []
+    for body, streamed in requests:
+        answer = client.post("/v1/completions", json=body).json()
+        singles.append(answer["choices"][0]["text"])
+    tokens_before = metric(client, "keras_gen_generated_tokens_total")
+    answers = [None] * len(requests)
 
     def ask(i):
+        body, streamed = requests[i]
         with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
-            answers[i] = complete(own, PROMPTS[i], max_tokens=8)
+            if streamed:
+                answers[i] = streamed_text(own, body)
+            else:
+                response = own.post("/v1/completions", json=body)
+                answers[i] = response.json()["choices"][0]["text"]
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(requests))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(TIMEOUT)
-    for prompt, answer in zip(PROMPTS, answers):
-        assert answer is not None
-        assert answer["choices"][0]["text"] == expected(lm, prompt, 8)[0], prompt
-    # Requests that arrived together shared generate calls.
-    assert scheduler.stats["batches"] - batches_before < len(PROMPTS)
+    assert answers == singles
+    assert metric(client, "keras_gen_generated_tokens_total") > tokens_before
 
 
 def test_n_logprobs_and_seed(server):
@@ -197,10 +232,26 @@ def test_n_logprobs_and_seed(server):
     assert complete(client, "The", **sampled)["choices"][0]["text"] == first
 
 
+def metrics(client):
+    """`/metrics`, parsed by prometheus_client: sample name and labels to value."""
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def metric(client, name, **labels):
+    return metrics(client).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
 def wait_until_idle(client, timeout=60):
     deadline = time.monotonic() + timeout
-    while client.get("/health").json()["running_batches"]:
-        assert time.monotonic() < deadline, "a batch kept running"
+    while client.get("/health").json()["running"]:
+        assert time.monotonic() < deadline, "a request kept running"
         time.sleep(0.05)
     return client.get("/health").json()
 
@@ -208,19 +259,62 @@ def wait_until_idle(client, timeout=60):
 @pytest.fixture
 def slow_delivery(monkeypatch):
     """Each delivered chunk takes 20 ms: long generations stay long."""
-    deliver = BatchScheduler._deliver
+    deliver = Engine._deliver
 
     def slow(self, *args):
         time.sleep(0.02)
         return deliver(self, *args)
 
-    monkeypatch.setattr(BatchScheduler, "_deliver", slow)
+    monkeypatch.setattr(Engine, "_deliver", slow)
+
+
+def test_metrics_count_requests_tokens_and_latency(server):
+    client, lm, _ = server
+    wait_until_idle(client)
+    before = metrics(client)
+    names = {name for name, _ in before}
+    for name in (
+        "keras_gen_prompt_tokens_total",
+        "keras_gen_generated_tokens_total",
+        "keras_gen_running_requests",
+        "keras_gen_waiting_requests",
+        "keras_gen_program_compilations_total",
+        "keras_gen_time_to_first_token_seconds_count",
+        "keras_gen_inter_token_latency_seconds_count",
+    ):
+        assert name in names, name
+    body = {
+        "model": MODEL,
+        "prompt": "The for statement",
+        "max_tokens": 7,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    answers = [client.post("/v1/completions", json=body).json() for _ in range(2)]
+    after = metrics(client)
+
+    def moved(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert moved("keras_gen_requests_total", finish_reason="length") == 2
+    assert moved("keras_gen_generated_tokens_total") == 14
+    assert (
+        moved("keras_gen_prompt_tokens_total")
+        == 2 * answers[0]["usage"]["prompt_tokens"]
+    )
+    assert moved("keras_gen_time_to_first_token_seconds_count") == 2
+    assert moved("keras_gen_inter_token_latency_seconds_count") == 12
+    assert moved("keras_gen_program_compilations_total") == 0
+    assert after[("keras_gen_running_requests", ())] == 0
 
 
 @pytest.mark.slow
-def test_disconnect_mid_stream_stops_generation(server, slow_delivery):
+def test_streams_cut_after_two_events_free_their_slots(server, slow_delivery):
     client, lm, _ = server
-    before = wait_until_idle(client)
+    wait_until_idle(client)
+    cancelled = metric(client, "keras_gen_requests_total", finish_reason="cancelled")
+    generated = metric(client, "keras_gen_generated_tokens_total")
     body = {
         "model": MODEL,
         "prompt": "The while",
@@ -229,17 +323,68 @@ def test_disconnect_mid_stream_stops_generation(server, slow_delivery):
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
-        with own.stream("POST", "/v1/completions", json=body) as response:
-            lines = response.iter_lines()
-            received = [
-                line for line, _ in zip(lines, range(4)) if line.startswith("data")
-            ]
-    assert received
-    after = wait_until_idle(client)
-    assert after["cancelled_batches"] == before["cancelled_batches"] + 1
-    # 200 tokens would take at least 50 chunks of 4; it stopped well before.
-    assert after["tokens"] - before["tokens"] < 150
+
+    def cut():
+        with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
+            with own.stream("POST", "/v1/completions", json=body) as response:
+                lines = (
+                    line for line in response.iter_lines() if line.startswith("data")
+                )
+                assert len([line for line, _ in zip(lines, range(2))]) == 2
+
+    threads = [threading.Thread(target=cut) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    wait_until_idle(client)
+    assert metric(client, "keras_gen_running_requests") == 0
+    assert metric(client, "keras_gen_waiting_requests") == 0
+    assert (
+        metric(client, "keras_gen_requests_total", finish_reason="cancelled")
+        == cancelled + 20
+    )
+    # 20 x 200 tokens would be 4,000; each stopped within a few chunks.
+    assert metric(client, "keras_gen_generated_tokens_total") - generated < 1000
+    assert complete(client, "A class", max_tokens=4)["choices"][0]["finish_reason"]
+
+
+def test_a_full_queue_answers_429_and_never_hangs():
+    app = create_app(tiny_text_lm(), model_name=MODEL, max_batch_size=1, max_queue=1)
+    long_body = {
+        "model": MODEL,
+        "prompt": "The",
+        "max_tokens": 120,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with running(app) as client:
+        with client.stream("POST", "/v1/completions", json=long_body) as holding:
+            next(holding.iter_lines())  # it holds the only slot
+            waiting = threading.Thread(
+                target=complete,
+                args=(
+                    client,
+                    "A",
+                ),
+                kwargs={"max_tokens": 2},
+            )
+            waiting.start()
+            deadline = time.monotonic() + TIMEOUT
+            while client.get("/health").json()["waiting"] < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            response = client.post(
+                "/v1/completions", json={**long_body, "stream": False}
+            )
+            assert response.status_code == 429
+            error = response.json()["error"]
+            assert (
+                error["type"] == "rate_limit_error" and "max_queue" in error["message"]
+            )
+        waiting.join(TIMEOUT)
+        assert not waiting.is_alive()
 
 
 @pytest.mark.slow
@@ -385,8 +530,13 @@ def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
     client, _, _ = server
     wait_until_idle(client)
     rng = __import__("numpy").random.default_rng(0)
-    same = {"prompt": "The for statement", "max_tokens": 12, "temperature": 0.7,
-            "top_k": 5, "seed": 1}
+    same = {
+        "prompt": "The for statement",
+        "max_tokens": 12,
+        "temperature": 0.7,
+        "top_k": 5,
+        "seed": 1,
+    }
 
     def ask(**fields):
         started = time.perf_counter()
@@ -406,13 +556,16 @@ def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
             for name, values in VARIED.items()
             if rng.random() < 0.7
         }
-        fields = {k: float(v) if isinstance(v, float) else int(v) for k, v in fields.items()}
+        fields = {
+            k: float(v) if isinstance(v, float) else int(v) for k, v in fields.items()
+        }
         varied.append(ask(prompt=PROMPTS[i % len(PROMPTS)], seed=i, **fields))
     repeated = [ask(**same) for _ in range(20)]
     assert compiles() == start, "a request compiled a new program"
     assert _rss_mb() - rss < 100
     assert statistics.median(varied) < 1.5 * statistics.median(repeated), (
-        statistics.median(varied), statistics.median(repeated)
+        statistics.median(varied),
+        statistics.median(repeated),
     )
 
 
@@ -425,7 +578,9 @@ def test_top_k_top_p_and_min_p_apply_together(server):
         assert answer["choices"][0]["text"] == text
     # Without the filters the same seed samples something else.
     loose = [
-        complete(client, p, max_tokens=12, temperature=1.3, seed=7)["choices"][0]["text"]
+        complete(client, p, max_tokens=12, temperature=1.3, seed=7)["choices"][0][
+            "text"
+        ]
         for p in PROMPTS[:4]
     ]
     assert loose != [expected(lm, p, 12, **fields)[0] for p in PROMPTS[:4]]
@@ -438,13 +593,22 @@ def test_responses_never_hold_nan_or_infinity(server):
         openai_app._dumps({"a": [float("-inf"), float("nan"), float("inf"), 1.5]})
     ) == {"a": [-9999.0, None, 9999.0, 1.5]}
     client, _, _ = server
-    body = {"model": MODEL, "prompt": "The", "max_tokens": 6, "logprobs": 5,
-            "min_tokens": 6, "logit_bias": {"5": -100}, "seed": 0}
+    body = {
+        "model": MODEL,
+        "prompt": "The",
+        "max_tokens": 6,
+        "logprobs": 5,
+        "min_tokens": 6,
+        "logit_bias": {"5": -100},
+        "seed": 0,
+    }
     _strict_json(client.post("/v1/completions", json=body).text)
-    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+    with client.stream(
+        "POST", "/v1/completions", json={**body, "stream": True}
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data: {"):
-                _strict_json(line[len("data: "):])
+                _strict_json(line[len("data: ") :])
 
 
 def test_an_error_in_a_handler_is_a_500_on_a_connection_that_stays_open(server):
@@ -457,7 +621,7 @@ def test_an_error_in_a_handler_is_a_500_on_a_connection_that_stays_open(server):
         def response():
             status = reader.readline().decode()
             headers = {}
-            while (line := reader.readline().decode().strip()):
+            while line := reader.readline().decode().strip():
                 key, value = line.split(":", 1)
                 headers[key.lower()] = value.strip()
             return status, headers, reader.read(int(headers["content-length"]))

@@ -80,6 +80,16 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return _impl.while_loop(cond, body, loop_state, jit_compile=jit_compile)
 
 
+def cond(pred, true_fn, false_fn, *operands):
+    """`true_fn(*operands)` if the scalar bool `pred` holds, else `false_fn`.
+
+    Inside a compiled program only the branch taken runs (its cost is
+    skipped, not masked). Both branches return tensors of the same
+    structure, shapes and dtypes.
+    """
+    return _impl.cond(pred, true_fn, false_fn, *operands)
+
+
 def slice(x, start, length, axis):
     """`length` entries of `x` along `axis` from `start`, a scalar tensor."""
     return _impl.slice(x, start, length, axis)

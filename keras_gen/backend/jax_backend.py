@@ -41,6 +41,10 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return jax.lax.while_loop(cond, body, loop_state)
 
 
+def cond(pred, true_fn, false_fn, *operands):
+    return jax.lax.cond(pred, true_fn, false_fn, *operands)
+
+
 def slice(x, start, length, axis):
     return jax.lax.dynamic_slice_in_dim(x, start, length, axis=axis)
 

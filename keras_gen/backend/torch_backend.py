@@ -25,9 +25,7 @@ COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
 # Each model, sampler, processor chain and shape bucket compiles its own graph
 # of the shared step code; Dynamo's default limit of 8 graphs per code object
 # is too few for a process that holds a model or two.
-torch._dynamo.config.recompile_limit = max(
-    torch._dynamo.config.recompile_limit, 128
-)
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 128)
 
 
 def _counting_compiler(graph_module, example_inputs):
@@ -91,6 +89,26 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return loop_state
 
 
+def cond(pred, true_fn, false_fn, *operands):
+    # A Python branch on a tensor would break a `fullgraph` compile.
+    if torch.compiler.is_compiling():
+        return torch.cond(pred, _fresh(true_fn), _fresh(false_fn), operands)
+    return (true_fn if bool(pred) else false_fn)(*operands)
+
+
+def _fresh(branch):
+    """`branch` returning new contiguous tensors: `torch.cond`'s branches
+    may not return their inputs and must agree on strides."""
+
+    def fresh(*operands):
+        return torch.utils._pytree.tree_map(
+            lambda x: x.clone(memory_format=torch.contiguous_format),
+            branch(*operands),
+        )
+
+    return fresh
+
+
 # Index tensors, not Python slices: a slice with a tensor bound is a
 # data-dependent shape that breaks a `fullgraph` compile.
 def _positions(x, start, length):
@@ -151,9 +169,7 @@ def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = torch.as_tensor(token_ids).to(torch.int64)
     weights = torch.as_tensor(weights, device=token_ids.device).to(torch.float32)
     valid = (token_ids >= 0) & (token_ids < vocabulary_size)
-    counts = torch.zeros(
-        (token_ids.shape[0], vocabulary_size), device=token_ids.device
-    )
+    counts = torch.zeros((token_ids.shape[0], vocabulary_size), device=token_ids.device)
     return counts.scatter_add(
         1, torch.where(valid, token_ids, 0), torch.where(valid, weights, 0.0)
     )

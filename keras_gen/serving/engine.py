@@ -597,5 +597,6 @@ def _settings(config, reader, vocabulary_size):
         "min_new_tokens": config.min_new_tokens or 0,
         "stop_token_ids": stop_ids + [-1] * (STOP_TOKEN_SLOTS - len(stop_ids)),
         "logit_bias": bias,
+        "top_logprobs": config.top_logprobs or 0,
         "seed": reader.seed[0],
     }

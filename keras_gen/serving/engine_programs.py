@@ -26,6 +26,7 @@ from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.sampling.filters import filter_logits
+from keras_gen.sampling.filters import min_p_filter
 from keras_gen.utils.checks import MIN_TEMPERATURE
 
 # Per-slot settings and their dtypes: `(slots, 1)` numbers that broadcast
@@ -38,6 +39,7 @@ SETTINGS = {
     "repetition_penalty": "float32",
     "frequency_penalty": "float32",
     "presence_penalty": "float32",
+    "top_logprobs": "int32",
 }
 
 
@@ -87,8 +89,18 @@ def _step(backbone, loop):
     token = _choose(scores, loop)
     log_probs = ops.log_softmax(scores, axis=-1)
     chosen = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-    top_log_probs, top_token_ids = ops.top_k(
-        log_probs, ops.shape(loop["top_log_probs"])[2]
+    count = ops.shape(loop["top_log_probs"])[2]
+
+    def top(log_probs):
+        values, token_ids = ops.top_k(log_probs, count)
+        return values, ops.cast(token_ids, "int32")
+
+    def no_top(log_probs):
+        rows = ops.shape(log_probs)[0]
+        return ops.zeros((rows, count), "float32"), ops.zeros((rows, count), "int32")
+
+    top_log_probs, top_token_ids = backend.cond(
+        _any_running(loop, loop["top_logprobs"][:, 0] > 0), top, no_top, log_probs
     )
     # Stopped and free slots write what they hold: nothing changes for them.
     at = ops.minimum(positions, length - 1)
@@ -116,6 +128,17 @@ def _step(backbone, loop):
     }
 
 
+def _any_running(loop, wanted):
+    """Whether a running slot wants something: `(slots,)` bool `wanted`.
+
+    The costly parts of a step (sorting for top-k and top-p, drawing,
+    counting tokens for penalties, the top alternatives) run under
+    `backend.cond` on this, and their neutral settings change nothing, so
+    a slot's tokens do not depend on whether its neighbours asked for them.
+    """
+    return ops.any(ops.logical_and(loop["running"], wanted))
+
+
 def _processed(logits, loop):
     """The logits processors of every slot, with its own settings.
 
@@ -124,30 +147,59 @@ def _processed(logits, loop):
     and, as `Sampler.process_logits`, a row left with no allowed token
     falls back on its unprocessed logits.
     """
-    token_ids, positions = loop["token_ids"], loop["positions"]
-    prompt_lengths = loop["prompt_lengths"]
-    slots, length = ops.shape(token_ids)
+    positions, prompt_lengths = loop["positions"], loop["prompt_lengths"]
     vocabulary_size = ops.shape(logits)[-1]
+    # No stop token before `min_new_tokens`.
+    short = positions - prompt_lengths < loop["min_new_tokens"]
+
+    def without_stops(logits, stop_token_ids):
+        ones = ops.ones_like(stop_token_ids, "float32")
+        stops = count_tokens(stop_token_ids, ones, vocabulary_size)
+        return ops.where(ops.logical_and(short[:, None], stops > 0), NEG_INF, logits)
+
+    processed = backend.cond(
+        _any_running(loop, short),
+        without_stops,
+        lambda logits, stop_token_ids: logits,
+        logits,
+        loop["stop_token_ids"],
+    )
+    processed = processed + loop["logit_bias"]
+    penalized = ops.logical_or(
+        loop["repetition_penalty"] != 1,
+        ops.logical_or(loop["frequency_penalty"] != 0, loop["presence_penalty"] != 0),
+    )[:, 0]
+    processed = backend.cond(
+        _any_running(loop, penalized),
+        _penalized,
+        lambda processed, *settings: processed,
+        processed,
+        loop["token_ids"],
+        positions,
+        prompt_lengths,
+        loop["repetition_penalty"],
+        loop["frequency_penalty"],
+        loop["presence_penalty"],
+    )
+    banned = ops.all(processed == NEG_INF, axis=-1, keepdims=True)
+    return ops.where(banned, logits, processed)
+
+
+def _penalized(
+    processed, token_ids, positions, prompt_lengths, repetition, frequency, presence
+):
+    """The repetition, frequency and presence penalties of every slot."""
+    length = ops.shape(token_ids)[1]
+    vocabulary_size = ops.shape(processed)[-1]
     columns = ops.arange(length, dtype="int32")[None, :]
     seen = columns < positions[:, None]
     generated = ops.logical_and(seen, columns >= prompt_lengths[:, None])
-    # No stop token before `min_new_tokens`.
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
-    stops = ops.any(
-        vocabulary[None, None, :] == loop["stop_token_ids"][:, :, None], axis=1
-    )
-    short = positions - prompt_lengths < loop["min_new_tokens"]
-    processed = ops.where(ops.logical_and(short[:, None], stops), NEG_INF, logits)
-    processed = processed + loop["logit_bias"]
-    penalty = loop["repetition_penalty"]
     repeated = count_tokens(token_ids, ops.cast(seen, "float32"), vocabulary_size) > 0
-    penalized = ops.where(processed < 0, processed * penalty, processed / penalty)
+    penalized = ops.where(processed < 0, processed * repetition, processed / repetition)
     processed = ops.where(repeated, penalized, processed)
     counts = count_tokens(token_ids, ops.cast(generated, "float32"), vocabulary_size)
-    processed = processed - counts * loop["frequency_penalty"]
-    processed = processed - ops.cast(counts > 0, "float32") * loop["presence_penalty"]
-    banned = ops.all(processed == NEG_INF, axis=-1, keepdims=True)
-    return ops.where(banned, logits, processed)
+    processed = processed - counts * frequency
+    return processed - ops.cast(counts > 0, "float32") * presence
 
 
 def _tempered(scores, loop):
@@ -160,11 +212,32 @@ def _tempered(scores, loop):
 def _choose(scores, loop):
     """`(slots,)` tokens: argmax for greedy slots, a filtered draw else."""
     greedy = loop["temperature"][:, 0] < MIN_TEMPERATURE
-    filtered = filter_logits(
-        scores, top_k=loop["top_k"], top_p=loop["top_p"], min_p=loop["min_p"]
-    )
+    best = ops.cast(ops.argmax(scores, axis=-1), "int32")
     positions = loop["positions"]
     seeds = loop["seeds"] + ops.stack([ops.zeros_like(positions), positions], axis=1)
-    drawn = sample_from_logits(filtered, seeds)
-    best = ops.argmax(scores, axis=-1)
-    return ops.cast(ops.where(greedy, best, drawn), "int32")
+    narrowed = ops.logical_or(loop["top_k"] > 0, loop["top_p"] < 1)[:, 0]
+    sorts = _any_running(loop, ops.logical_and(ops.logical_not(greedy), narrowed))
+
+    def draw(scores, top_k, top_p, min_p, seeds):
+        # As `filter_logits`: min-p first, then top-k and top-p (one sort).
+        scores = backend.cond(
+            sorts,
+            lambda s, k, p: filter_logits(s, top_k=k, top_p=p),
+            lambda s, k, p: s,
+            min_p_filter(scores, min_p),
+            top_k,
+            top_p,
+        )
+        return ops.cast(sample_from_logits(scores, seeds), "int32")
+
+    drawn = backend.cond(
+        _any_running(loop, ops.logical_not(greedy)),
+        draw,
+        lambda scores, *settings: best,
+        scores,
+        loop["top_k"],
+        loop["top_p"],
+        loop["min_p"],
+        seeds,
+    )
+    return ops.where(greedy, best, drawn)

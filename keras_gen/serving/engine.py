@@ -261,25 +261,35 @@ class Engine:
         }
 
     @property
+    def row_buckets(self):
+        """The slot counts a decode program runs over (powers of two, and
+        every slot): the occupied slots decide which runs, so a lone
+        request does not pay for the empty ones."""
+        return _buckets(1, self.num_slots)
+
+    @property
     def prompt_buckets(self):
         """The padded prompt lengths: one admit program each."""
-        buckets = []
-        size = MIN_PREFILL_LENGTH
-        while size < self.cache_length:
-            buckets.append(size)
-            size *= 2
-        return buckets + [self.cache_length]
+        return _buckets(MIN_PREFILL_LENGTH, self.cache_length)
+
+    @property
+    def length_buckets(self):
+        """The cache lengths a decode program attends over: the longest
+        running request decides which runs."""
+        return _buckets(MIN_CACHE_LENGTH, self.cache_length)
 
     def warm_up(self):
         """Compile every program now (the admit program of each prompt
-        bucket and the decode program), so that no request waits for a
-        compile. Call it before submitting requests."""
+        bucket, the decode program of each row and length bucket), so that
+        no request waits for a compile. Call it before submitting requests."""
         with self._condition:
             if self._jobs or self._waiting:
                 raise RuntimeError("`warm_up` runs before any request is submitted.")
             for bucket in self.prompt_buckets:
                 self._admit_prompt(0, [0] * bucket, bucket)
-            self._decode_chunk()
+            for rows in self.row_buckets:
+                for cache_length in self.length_buckets:
+                    self._decode_chunk(rows, cache_length)
 
     # Reading a request.
 
@@ -401,17 +411,25 @@ class Engine:
             ops.convert_to_tensor(mask, "bool"),
         )["state"]
 
-    def _decode_chunk(self):
+    def _decode_chunk(self, rows=None, cache_length=None):
+        """Run the decode program over the first `rows` slots and
+        `cache_length` positions: by default the smallest row and length
+        buckets that hold every running request."""
+        if rows is None:
+            slots = [slot for job in self._jobs for slot in job.slots]
+            rows = next(r for r in self.row_buckets if r > max(slots))
+            end = max(self._host["ends"][slots])
+            cache_length = next(n for n in self.length_buckets if n >= end)
         loop = {"state": self._device}
         for name, array in self._host.items():
-            loop[name] = ops.convert_to_tensor(array)
+            loop[name] = ops.convert_to_tensor(array[:rows])
         loop["step"] = ops.convert_to_tensor(0, "int32")
         loop["until"] = ops.convert_to_tensor(self.chunk_size, "int32")
         with backend.no_grad():
-            loop = self._program("decode")(loop)
+            loop = self._program("decode", (rows, cache_length))(loop)
         self._device = loop["state"]
         for name in ("positions", "running") + _READ:
-            self._host[name] = np.array(ops.convert_to_numpy(loop[name]))
+            self._host[name][:rows] = ops.convert_to_numpy(loop[name])
 
     def _deliver(self):
         host, now = self._host, time.perf_counter()
@@ -476,12 +494,14 @@ class Engine:
         key = (kind, bucket)
         if key not in self._programs:
             lm, backbone = self.lm, self.lm.backbone
-            function = {
-                "admit": engine_programs.admit,
-                "decode": engine_programs.decode,
-            }
+            if kind == "admit":
+                function = functools.partial(engine_programs.admit, backbone)
+            else:  # bucket: (rows, cache length)
+                function = functools.partial(
+                    engine_programs.decode, backbone, cache_length=bucket[1]
+                )
             program = backend.compile_function(
-                functools.partial(function[kind], backbone),
+                function,
                 lm.variables,
                 jit_compile=lm.generate_jit_compile,
                 donate_argnums=(0,),
@@ -541,6 +561,15 @@ class Engine:
 
 # What a reader reads of the host arrays.
 _READ = ("token_ids", "log_probs", "top_log_probs", "top_token_ids")
+
+
+def _buckets(minimum, limit):
+    """Powers of two from `minimum` below `limit`, then `limit`."""
+    buckets = []
+    while minimum < limit:
+        buckets.append(minimum)
+        minimum *= 2
+    return buckets + [limit]
 
 
 def _call_config(generation_config, options):

@@ -8,9 +8,10 @@ slot's settings, `(slots, 1)` tensors that broadcast against
 - `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
   one prompt (one program per prompt length bucket) and touches no other
   row;
-- `decode(loop)` runs the model one step for every slot, up to
-  `loop["until"]` steps: each running slot processes, samples and writes
-  its own token at its own position.
+- `decode(loop, cache_length)` runs the model one step for every slot (or
+  the first slots, over the first positions: one program per row and
+  length bucket), up to `loop["until"]` steps: each running slot
+  processes, samples and writes its own token at its own position.
 
 A slot's tokens are those `CausalLM.generate` gives the same request alone:
 the same processors (minimum length, biases, repetition, frequency and
@@ -68,13 +69,35 @@ def admit(backbone, loop, slot, token_ids, mask):
     return {**loop, "state": state}
 
 
-def decode(backbone, loop):
-    """Step every running slot until none runs or `loop["until"]` steps."""
+def decode(backbone, loop, cache_length):
+    """Step every running slot until none runs or `loop["until"]` steps.
+
+    The settings and buffers of `loop` may cover only the first slots (a
+    row bucket), and every running slot may end within the first
+    `cache_length` positions (a length bucket): the program then steps
+    that block of the cache alone and writes it back in place.
+    """
 
     def cond(loop):
         return ops.logical_and(ops.any(loop["running"]), loop["step"] < loop["until"])
 
-    return backend.while_loop(cond, lambda loop: _step(backbone, loop), loop)
+    cache = loop["state"]
+    rows = ops.shape(loop["running"])[0]
+    if (rows, cache_length) == tuple(ops.shape(cache[0][0])[::2]):
+        return backend.while_loop(cond, lambda loop: _step(backbone, loop), loop)
+    state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
+    loop = backend.while_loop(
+        cond, lambda loop: _step(backbone, loop), {**loop, "state": state}
+    )
+    zero = ops.zeros((), "int32")
+    state = tuple(
+        tuple(
+            backend.update_block(x, block, (zero,) * 4, donate=True)
+            for x, block in zip(layer, rows_layer)
+        )
+        for layer, rows_layer in zip(cache, loop["state"])
+    )
+    return {**loop, "state": state}
 
 
 def _step(backbone, loop):

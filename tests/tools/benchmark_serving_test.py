@@ -1,0 +1,47 @@
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def run(tmp_path, *arguments):
+    output = tmp_path / "results.json"
+    command = [
+        sys.executable, str(ROOT / "tools" / "benchmark_serving.py"), "--model", "tiny",
+        "--prompt-lengths", "4:12", "--max-batch-size", "2", "--max-length", "64",
+        "--json", str(output), *arguments,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return json.loads(output.read_text())["results"], result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
+    results, stdout = run(
+        tmp_path, "--requests", "5", "--rate", "50", "--max-tokens", "3:9",
+        "--mix", "greedy,sample,top_k,top_p",
+    )
+    for name in ("concurrent", "sequential"):
+        run_ = results[name]
+        assert run_["completed"] == 5 and not run_["errors"]
+        assert run_["output_tokens_per_s"] > 0
+        assert set(run_["inter_token_latency"]) == {"p50_ms", "p90_ms", "p99_ms"}
+    assert results["batching_gain"] > 0
+    # The server warmed up at startup: the measured requests compiled nothing.
+    before, after = results["server_before"], results["server_after"]
+    assert before["compilations"] == after["compilations"] and after["rss_mb"] > 0
+    assert "batching gain" in stdout
+
+    results, stdout = run(
+        tmp_path, "--scenario", "short-among-long", "--long", "2", "--rounds", "1"
+    )
+    assert results["busy_over_idle"] > 0 and "long running" in stdout

@@ -1,0 +1,382 @@
+"""Serving benchmark: streamed requests against an OpenAI-compatible server.
+
+Starts `keras-gen serve` on a free loopback port (or takes `--url` of any
+OpenAI-compatible server, so that the same workload can be pointed at
+another engine), sends `--requests` streamed completions with Poisson
+arrivals at `--rate` requests/s (`inf`: all at once), bounded in count and
+in time, then sends the same workload one request at a time for the
+batching gain. Prompts are random token ids of seeded lengths; `max_tokens`
+is seeded too and `ignore_eos` makes every request run to its length.
+Settings come from `--mix`: `greedy`, `sample` (seeded, temperature 0.5 to
+1.2), `top_k`, `top_p` (sampled with those filters), one drawn per request.
+
+    KERAS_BACKEND=jax python tools/benchmark_serving.py            # demo model
+    python tools/benchmark_serving.py --model gpt2-small --requests 16 --max-tokens 64
+    python tools/benchmark_serving.py --scenario short-among-long --model gpt2-small
+    python tools/benchmark_serving.py --url http://127.0.0.1:8000 --model-name demo
+
+Scenarios: `load` (the above), `short-among-long` (the time to first token
+of a short request on an idle server and while `--long` long ones run, in
+alternating rounds) and `soak` (the load workload only, for many requests:
+the server's RSS and compilations after warm-up and at the end).
+
+Reported: requests/s, output tokens/s, time to first token and inter-token
+latency p50/p90/p99 (a chunk of k tokens counts k gaps of its delay / k),
+the batching gain (sequential time / concurrent time), and, when this tool
+started the server, its RSS and `keras_gen_program_compilations_total`.
+`--json PATH` writes everything.
+"""
+
+import argparse
+import concurrent.futures
+import contextlib
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchmark  # noqa: E402  (random GPT-2 weights, the same as tools/benchmark.py)
+
+MIXES = ("greedy", "sample", "top_k", "top_p")
+PROMPT_TOKENS = (1, 90)  # token ids every model here has
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="demo",
+                        help="demo, gpt2-small or tiny (random weights), or a model folder")
+    parser.add_argument("--url", help="an OpenAI-compatible server to use instead of starting one")
+    parser.add_argument("--model-name", help="the model name requests carry (default: --model)")
+    parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "jax"),
+                        choices=["jax", "tensorflow", "torch"])
+    parser.add_argument("--scenario", default="load", choices=["load", "short-among-long", "soak"])
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--rate", type=float, default=math.inf, help="requests/s (default: all at once)")
+    parser.add_argument("--prompt-lengths", default="16:64", help="MIN:MAX prompt tokens")
+    parser.add_argument("--max-tokens", default="64", help="N or MIN:MAX new tokens")
+    parser.add_argument("--mix", default="greedy,sample", help=f"from {','.join(MIXES)}")
+    parser.add_argument("--max-concurrency", type=int, default=64,
+                        help="requests in flight at most (client threads)")
+    parser.add_argument("--long", type=int, default=7, help="short-among-long: long requests")
+    parser.add_argument("--rounds", type=int, default=3, help="short-among-long: rounds")
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the sequential run")
+    parser.add_argument("--max-seconds", type=float, default=1800, help="a bound on each run")
+    parser.add_argument("--startup-seconds", type=float, default=900)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    args.mix = args.mix.split(",")
+    unknown = set(args.mix) - set(MIXES)
+    if unknown:
+        parser.error(f"--mix: unknown {sorted(unknown)}; choose from {list(MIXES)}")
+    args.model_name = args.model_name or args.model
+    return args
+
+
+def span(text):
+    low, _, high = text.partition(":")
+    return int(low), int(high or low)
+
+
+# The workload.
+
+
+def workload(args, count, seed):
+    """`count` request bodies and arrival offsets, all from `seed`."""
+    rng = np.random.default_rng(seed)
+    lengths, new_tokens = span(args.prompt_lengths), span(args.max_tokens)
+    gaps = np.zeros(count) if math.isinf(args.rate) else rng.exponential(1 / args.rate, count)
+    bodies = []
+    for i in range(count):
+        length = int(rng.integers(lengths[0], lengths[1] + 1))
+        body = {
+            "model": args.model_name,
+            "prompt": [int(t) for t in rng.integers(*PROMPT_TOKENS, length)],
+            "max_tokens": int(rng.integers(new_tokens[0], new_tokens[1] + 1)),
+            "ignore_eos": True,
+            "logprobs": 0,  # each event then lists its tokens
+            "stream": True,
+        }
+        kind = args.mix[int(rng.integers(len(args.mix)))]
+        if kind == "greedy":
+            body["temperature"] = 0
+        else:
+            body.update(temperature=round(float(rng.uniform(0.5, 1.2)), 2), seed=i)
+        if kind == "top_k":
+            body["top_k"] = int(rng.choice([5, 20, 40]))
+        if kind == "top_p":
+            body["top_p"] = float(rng.choice([0.8, 0.9, 0.95]))
+        bodies.append(body)
+    return bodies, np.cumsum(gaps) - gaps[0]
+
+
+def stream(client, body, deadline):
+    """Send one streamed request; its timings and token count."""
+    started = time.perf_counter()
+    arrivals = []  # (time, tokens) per event with tokens
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            return {"error": f"{response.status_code}: {response.read()[:200]!r}"}
+        for line in response.iter_lines():
+            if not line.startswith("data: {") or time.perf_counter() > deadline:
+                continue
+            choices = json.loads(line[len("data: "):]).get("choices") or []
+            tokens = sum(len((c.get("logprobs") or {}).get("tokens") or []) for c in choices)
+            if tokens:
+                arrivals.append((time.perf_counter(), tokens))
+    if not arrivals:
+        return {"error": "no tokens"}
+    gaps, previous = [], arrivals[0][0]
+    for moment, tokens in arrivals[1:]:
+        gaps += [(moment - previous) / tokens] * tokens
+        previous = moment
+    return {
+        "ttft": arrivals[0][0] - started,
+        "itl": gaps,
+        "tokens": sum(tokens for _, tokens in arrivals),
+        "latency": time.perf_counter() - started,
+    }
+
+
+def run_load(client, bodies, offsets, concurrency, max_seconds):
+    """Send `bodies` at `offsets` (at most `concurrency` at once)."""
+    deadline = time.perf_counter() + max_seconds
+    started = time.perf_counter()
+
+    def send(i):
+        delay = started + offsets[i] - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        if time.perf_counter() > deadline:
+            return {"error": "not sent: --max-seconds"}
+        return stream(client, bodies[i], deadline)
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        records = list(pool.map(send, range(len(bodies))))
+    return summarize(records, time.perf_counter() - started)
+
+
+def percentiles(values):
+    if not values:
+        return None
+    p50, p90, p99 = np.percentile(values, [50, 90, 99]) * 1000
+    return {"p50_ms": round(p50, 2), "p90_ms": round(p90, 2), "p99_ms": round(p99, 2)}
+
+
+def summarize(records, duration):
+    done = [r for r in records if "error" not in r]
+    tokens = sum(r["tokens"] for r in done)
+    return {
+        "requests": len(records),
+        "completed": len(done),
+        "errors": sorted({r["error"] for r in records if "error" in r}),
+        "duration_s": round(duration, 3),
+        "requests_per_s": round(len(done) / duration, 3),
+        "output_tokens_per_s": round(tokens / duration, 2),
+        "time_to_first_token": percentiles([r["ttft"] for r in done]),
+        "inter_token_latency": percentiles([g for r in done for g in r["itl"]]),
+    }
+
+
+# The server.
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model_folder(args, folder):
+    """`--model` as `keras-gen serve` takes it (random weights written)."""
+    if args.model not in ("gpt2-small", "tiny"):
+        return args.model
+    import tokenizers
+
+    from keras_gen.tokenizers.tokenizer import Tokenizer
+
+    benchmark.write_random_weights(argparse.Namespace(tiny=args.model == "tiny"), folder)
+    size = (benchmark.TINY if args.model == "tiny" else benchmark.GPT2_SMALL)["vocabulary_size"]
+    # A word-level tokenizer with a token per id: the server decodes any id.
+    words = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")
+    )
+    words.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    Tokenizer(words, eos_token_ids=[size - 1]).save_pretrained(folder)
+    return folder
+
+
+@contextlib.contextmanager
+def server(args):
+    """The base URL to send to, and the server's process (or `None`)."""
+    if args.url:
+        yield args.url.rstrip("/"), None
+        return
+    import httpx
+
+    with tempfile.TemporaryDirectory() as folder:
+        port = free_port()
+        command = [
+            sys.executable, "-m", "keras_gen", "--backend", args.backend, "serve",
+            "--model", model_folder(args, folder), "--model-name", args.model_name,
+            "--port", str(port), "--max-batch-size", str(args.max_batch_size),
+            "--max-length", str(args.max_length),
+        ]
+        env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + args.startup_seconds
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the server did not start in --startup-seconds")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                        break
+                time.sleep(0.5)
+            yield url, process
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def rss_mb(process):
+    if process is None:
+        return None
+    with open(f"/proc/{process.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+
+
+def compilations(client):
+    response = client.get("/metrics")
+    if response.status_code != 200:
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(response.text):
+        if family.name == "keras_gen_program_compilations":
+            return family.samples[0].value
+    return None
+
+
+def server_state(client, process):
+    return {"rss_mb": rss_mb(process), "compilations": compilations(client)}
+
+
+# The scenarios.
+
+
+def warm_up(client, args):
+    """Requests of the workload's shapes, so that no compile is timed."""
+    bodies, _ = workload(args, 4, args.seed + 1)
+    run_load(client, bodies, np.zeros(len(bodies)), len(bodies), args.max_seconds)
+    run_load(client, bodies[:1], np.zeros(1), 1, args.max_seconds)
+
+
+def scenario_load(client, process, args):
+    warm_up(client, args)
+    bodies, offsets = workload(args, args.requests, args.seed)
+    before = server_state(client, process)
+    concurrency = min(len(bodies), args.max_concurrency)
+    results = {"concurrent": run_load(client, bodies, offsets, concurrency, args.max_seconds)}
+    if not args.no_baseline and args.scenario == "load":
+        results["sequential"] = run_load(
+            client, bodies, np.zeros(len(bodies)), 1, args.max_seconds
+        )
+        results["batching_gain"] = round(
+            results["sequential"]["duration_s"] / results["concurrent"]["duration_s"], 2
+        )
+    results["server_before"], results["server_after"] = before, server_state(client, process)
+    return results
+
+
+def scenario_short_among_long(client, process, args):
+    warm_up(client, args)
+    short, _ = workload(argparse.Namespace(**{**vars(args), "max_tokens": "8"}), 1, args.seed)
+    longs, _ = workload(
+        argparse.Namespace(**{**vars(args), "max_tokens": str(args.max_length // 2)}),
+        args.long, args.seed + 2,
+    )
+    deadline = time.perf_counter() + args.max_seconds
+    idle, busy = [], []
+    for _ in range(args.rounds):
+        idle.append(stream(client, short[0], deadline)["ttft"])
+        with concurrent.futures.ThreadPoolExecutor(args.long) as pool:
+            running = [pool.submit(stream, client, body, deadline) for body in longs]
+            while client.get("/health").json().get("running", args.long) < args.long:
+                time.sleep(0.01)
+            time.sleep(0.2)  # the long ones are decoding
+            busy.append(stream(client, short[0], deadline)["ttft"])
+            for future in running:
+                future.result()
+    return {
+        "idle_ttft_ms": [round(t * 1000, 1) for t in idle],
+        "busy_ttft_ms": [round(t * 1000, 1) for t in busy],
+        "busy_over_idle": round(statistics.median(busy) / statistics.median(idle), 2),
+    }
+
+
+def report(args, results):
+    print(f"model {args.model}, backend {args.backend}, scenario {args.scenario}")
+    if args.scenario == "short-among-long":
+        print(f"short request TTFT idle {results['idle_ttft_ms']} ms, with {args.long} "
+              f"long running {results['busy_ttft_ms']} ms: {results['busy_over_idle']}x")
+        return
+    print(f"{args.requests} requests, rate {args.rate}/s, prompts {args.prompt_lengths} "
+          f"tokens, max_tokens {args.max_tokens}, mix {','.join(args.mix)}")
+    for name in ("concurrent", "sequential"):
+        run = results.get(name)
+        if run is None:
+            continue
+        ttft, itl = run["time_to_first_token"] or {}, run["inter_token_latency"] or {}
+        print(f"  {name:<10} {run['duration_s']:8.2f} s  {run['requests_per_s']:6.2f} req/s  "
+              f"{run['output_tokens_per_s']:8.1f} tok/s  TTFT p50/p90/p99 "
+              f"{ttft.get('p50_ms')}/{ttft.get('p90_ms')}/{ttft.get('p99_ms')} ms  ITL "
+              f"{itl.get('p50_ms')}/{itl.get('p90_ms')}/{itl.get('p99_ms')} ms"
+              + (f"  errors {run['errors']}" if run["errors"] else ""))
+    if "batching_gain" in results:
+        print(f"  batching gain {results['batching_gain']}x (concurrent takes "
+              f"{1 / results['batching_gain']:.2f}x the sequential time)")
+    before, after = results["server_before"], results["server_after"]
+    print(f"  server RSS {before['rss_mb']} -> {after['rss_mb']} MB, compilations "
+          f"{before['compilations']} -> {after['compilations']}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import httpx
+
+    with server(args) as (url, process):
+        with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
+            scenario = (scenario_short_among_long if args.scenario == "short-among-long"
+                        else scenario_load)
+            results = scenario(client, process, args)
+    report(args, results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": {k: v for k, v in vars(args).items()}, "results": results},
+                      f, indent=2, default=str)
+    errors = [run["errors"] for run in results.values() if isinstance(run, dict) and run.get("errors")]
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

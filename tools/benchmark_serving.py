@@ -8,7 +8,9 @@ in time, then sends the same workload one request at a time for the
 batching gain. Prompts are random token ids of seeded lengths; `max_tokens`
 is seeded too and `ignore_eos` makes every request run to its length.
 Settings come from `--mix`: `greedy`, `sample` (seeded, temperature 0.5 to
-1.2), `top_k`, `top_p` (sampled with those filters), one drawn per request.
+1.2), `top_k`, `top_p` (sampled with those filters), `penalties` (sampled
+with random repetition, presence and frequency penalties and a logit bias),
+one drawn per request.
 
     KERAS_BACKEND=jax python tools/benchmark_serving.py            # demo model
     python tools/benchmark_serving.py --model gpt2-small --requests 16 --max-tokens 64
@@ -17,8 +19,10 @@ Settings come from `--mix`: `greedy`, `sample` (seeded, temperature 0.5 to
 
 Scenarios: `load` (the above), `short-among-long` (the time to first token
 of a short request on an idle server and while `--long` long ones run, in
-alternating rounds) and `soak` (the load workload only, for many requests:
-the server's RSS and compilations after warm-up and at the end).
+alternating rounds), `soak` (the load workload only, for many requests:
+the server's RSS and compilations after warm-up and at the end) and `lone`
+(no server: one greedy request through an `Engine` and through
+`lm.stream`, in alternating rounds, for the engine's cost per token).
 
 Reported: requests/s, output tokens/s, time to first token and inter-token
 latency p50/p90/p99 (a chunk of k tokens counts k gaps of its delay / k),
@@ -38,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -45,7 +50,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (random GPT-2 weights, the same as tools/benchmark.py)
 
-MIXES = ("greedy", "sample", "top_k", "top_p")
+MIXES = ("greedy", "sample", "top_k", "top_p", "penalties")
 PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
 
@@ -57,7 +62,8 @@ def parse_args(argv=None):
     parser.add_argument("--model-name", help="the model name requests carry (default: --model)")
     parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "jax"),
                         choices=["jax", "tensorflow", "torch"])
-    parser.add_argument("--scenario", default="load", choices=["load", "short-among-long", "soak"])
+    parser.add_argument("--scenario", default="load",
+                        choices=["load", "short-among-long", "soak", "lone"])
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--rate", type=float, default=math.inf, help="requests/s (default: all at once)")
     parser.add_argument("--prompt-lengths", default="16:64", help="MIN:MAX prompt tokens")
@@ -116,12 +122,20 @@ def workload(args, count, seed):
             body["top_k"] = int(rng.choice([5, 20, 40]))
         if kind == "top_p":
             body["top_p"] = float(rng.choice([0.8, 0.9, 0.95]))
+        if kind == "penalties":
+            body.update(
+                repetition_penalty=round(float(rng.uniform(1.0, 1.5)), 2),
+                presence_penalty=round(float(rng.uniform(-1, 1)), 2),
+                frequency_penalty=round(float(rng.uniform(-1, 1)), 2),
+                logit_bias={str(int(rng.integers(*PROMPT_TOKENS))): -100},
+            )
         bodies.append(body)
     return bodies, np.cumsum(gaps) - gaps[0]
 
 
-def stream(client, body, deadline):
-    """Send one streamed request; its timings and token count."""
+def stream(client, body, deadline, first_token=None):
+    """Send one streamed request; its timings and token count. Sets the
+    `threading.Event` `first_token`, if given, when tokens first arrive."""
     started = time.perf_counter()
     arrivals = []  # (time, tokens) per event with tokens
     with client.stream("POST", "/v1/completions", json=body) as response:
@@ -134,6 +148,8 @@ def stream(client, body, deadline):
             tokens = sum(len((c.get("logprobs") or {}).get("tokens") or []) for c in choices)
             if tokens:
                 arrivals.append((time.perf_counter(), tokens))
+                if first_token is not None:
+                    first_token.set()
     if not arrivals:
         return {"error": "no tokens"}
     gaps, previous = [], arrivals[0][0]
@@ -265,16 +281,33 @@ def rss_mb(process):
                 return round(int(line.split()[1]) / 1024, 1)
 
 
-def compilations(client):
+def server_metric(client, name):
+    """A sample of the server's `/metrics`, or `None` (no such metric)."""
     response = client.get("/metrics")
     if response.status_code != 200:
         return None
     from prometheus_client.parser import text_string_to_metric_families
 
     for family in text_string_to_metric_families(response.text):
-        if family.name == "keras_gen_program_compilations":
-            return family.samples[0].value
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
     return None
+
+
+def compilations(client):
+    return server_metric(client, "keras_gen_program_compilations_total")
+
+
+def timed_short(client, body, deadline):
+    """A request's time to first token, seen by the client and (where the
+    server has the metric) by the server: its TTFT histogram's sum moves by
+    this request's alone while the others already streamed their first."""
+    name = "keras_gen_time_to_first_token_seconds_sum"
+    before = server_metric(client, name)
+    ttft = stream(client, body, deadline)["ttft"]
+    after = server_metric(client, name)
+    return ttft, None if before is None else after - before
 
 
 def server_state(client, process):
@@ -318,27 +351,93 @@ def scenario_short_among_long(client, process, args):
     deadline = time.perf_counter() + args.max_seconds
     idle, busy = [], []
     for _ in range(args.rounds):
-        idle.append(stream(client, short[0], deadline)["ttft"])
+        idle.append(timed_short(client, short[0], deadline))
         with concurrent.futures.ThreadPoolExecutor(args.long) as pool:
-            running = [pool.submit(stream, client, body, deadline) for body in longs]
-            while client.get("/health").json().get("running", args.long) < args.long:
-                time.sleep(0.01)
-            time.sleep(0.2)  # the long ones are decoding
-            busy.append(stream(client, short[0], deadline)["ttft"])
+            started = [threading.Event() for _ in longs]
+            running = [
+                pool.submit(stream, client, body, deadline, event)
+                for body, event in zip(longs, started)
+            ]
+            for event in started:  # every long one is decoding
+                event.wait(args.max_seconds)
+            time.sleep(0.1)
+            busy.append(timed_short(client, short[0], deadline))
             for future in running:
                 future.result()
+
+    def ms(times):
+        return [None if t is None else round(t * 1000, 1) for t in times]
+
+    results = {
+        "idle_ttft_ms": ms(t for t, _ in idle),
+        "busy_ttft_ms": ms(t for t, _ in busy),
+        "busy_over_idle": ratio([t for t, _ in busy], [t for t, _ in idle]),
+    }
+    if idle[0][1] is not None:
+        results.update(
+            server_idle_ttft_ms=ms(t for _, t in idle),
+            server_busy_ttft_ms=ms(t for _, t in busy),
+            server_busy_over_idle=ratio([t for _, t in busy], [t for _, t in idle]),
+        )
+    return results
+
+
+def ratio(busy, idle):
+    return round(statistics.median(busy) / statistics.median(idle), 2)
+
+
+def scenario_lone(args):
+    """Inter-token latency of one request: `Engine` against `lm.stream`."""
+    os.environ["KERAS_BACKEND"] = args.backend
+    from keras_gen.cli import load_model
+    from keras_gen.serving import Engine
+
+    with tempfile.TemporaryDirectory() as folder:
+        lm = load_model(model_folder(args, folder))
+    (body,), _ = workload(argparse.Namespace(**{**vars(args), "mix": ["greedy"]}), 1, args.seed)
+    options = dict(max_new_tokens=body["max_tokens"], temperature=0, stop_token_ids=[])
+
+    def per_token(chunks):
+        """Seconds per token after the first chunk's."""
+        arrivals = []
+        for chunk in chunks:
+            if chunk.token_ids[0]:
+                arrivals.append((time.perf_counter(), len(chunk.token_ids[0])))
+        tokens = sum(n for _, n in arrivals[1:])
+        return (arrivals[-1][0] - arrivals[0][0]) / tokens
+
+    with Engine(lm, max_batch_size=args.max_batch_size, max_length=args.max_length) as engine:
+        engine.warm_up()
+        runs = {"stream": lambda: lm.stream(body["prompt"], **options),
+                "engine": lambda: engine.submit(body["prompt"], **options)}
+        for run in runs.values():  # warm-up with the measured shape
+            per_token(run())
+        times = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                times[name].append(per_token(run()))
+    medians = {name: statistics.median(values) for name, values in times.items()}
     return {
-        "idle_ttft_ms": [round(t * 1000, 1) for t in idle],
-        "busy_ttft_ms": [round(t * 1000, 1) for t in busy],
-        "busy_over_idle": round(statistics.median(busy) / statistics.median(idle), 2),
+        "stream_itl_ms": [round(t * 1000, 2) for t in times["stream"]],
+        "engine_itl_ms": [round(t * 1000, 2) for t in times["engine"]],
+        "engine_over_stream": round(medians["engine"] / medians["stream"], 3),
     }
 
 
 def report(args, results):
     print(f"model {args.model}, backend {args.backend}, scenario {args.scenario}")
+    if args.scenario == "lone":
+        print(f"one greedy request, per token after the first: lm.stream "
+              f"{results['stream_itl_ms']} ms, engine ({args.max_batch_size} slots) "
+              f"{results['engine_itl_ms']} ms: {results['engine_over_stream']}x")
+        return
     if args.scenario == "short-among-long":
         print(f"short request TTFT idle {results['idle_ttft_ms']} ms, with {args.long} "
               f"long running {results['busy_ttft_ms']} ms: {results['busy_over_idle']}x")
+        if "server_busy_over_idle" in results:
+            print(f"  as the server measured it (submission to first token): idle "
+                  f"{results['server_idle_ttft_ms']} ms, with {args.long} long running "
+                  f"{results['server_busy_ttft_ms']} ms: {results['server_busy_over_idle']}x")
         return
     print(f"{args.requests} requests, rate {args.rate}/s, prompts {args.prompt_lengths} "
           f"tokens, max_tokens {args.max_tokens}, mix {','.join(args.mix)}")
@@ -362,13 +461,16 @@ def report(args, results):
 
 def main(argv=None):
     args = parse_args(argv)
-    import httpx
+    if args.scenario == "lone":
+        results = scenario_lone(args)
+    else:
+        import httpx
 
-    with server(args) as (url, process):
-        with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
-            scenario = (scenario_short_among_long if args.scenario == "short-among-long"
-                        else scenario_load)
-            results = scenario(client, process, args)
+        with server(args) as (url, process):
+            with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
+                scenario = (scenario_short_among_long if args.scenario == "short-among-long"
+                            else scenario_load)
+                results = scenario(client, process, args)
     report(args, results)
     if args.json:
         with open(args.json, "w") as f:

@@ -47,6 +47,12 @@ UNSUPPORTED = {
 }
 
 
+# The time a decode chunk aims at when `chunk_size` is not set, and its
+# most steps.
+CHUNK_SECONDS = 0.05
+MAX_CHUNK_STEPS = 32
+
+
 class EngineFull(RuntimeError):
     """`Engine.submit` found the waiting queue full (the server's 429)."""
 
@@ -77,7 +83,7 @@ class Engine:
 
     The engine holds `max_batch_size` slots: the rows of one fixed-shape
     key/value cache of `max_length` positions. A background thread runs
-    one compiled program over every slot, `chunk_size` steps at a time.
+    one compiled program over the occupied slots, a chunk of steps at a time.
     Between chunks it admits waiting requests into free slots (seeding
     their cache rows from the prompt, one program per prompt length
     bucket, without touching other rows), hands out what each running
@@ -106,7 +112,11 @@ class Engine:
         max_length: int, prompt plus new tokens a request may reach; by
             default the model's context (at most 2048). Rounded up to a
             power of two: the cache's length.
-        chunk_size: int, steps between two admissions and deliveries.
+        chunk_size: int, steps between two admissions and deliveries; by
+            default as many as take about `CHUNK_SECONDS` (measured as it
+            runs), so that a new request never waits long for the running
+            chunk to end, and fast models do not pay a host round trip per
+            step.
         max_queue: int or `None`, requests that may wait for a slot;
             `submit` raises `EngineFull` beyond.
         top_logprobs: int, the most alternatives a request may ask for.
@@ -126,7 +136,7 @@ class Engine:
         lm,
         max_batch_size=8,
         max_length=None,
-        chunk_size=4,
+        chunk_size=None,
         max_queue=None,
         top_logprobs=MAX_TOP_LOGPROBS,
         generation_config=None,
@@ -138,7 +148,8 @@ class Engine:
             else GenerationConfig.from_dict(generation_config)
         )
         self.num_slots = check_count("max_batch_size", max_batch_size)
-        self.chunk_size = check_count("chunk_size", chunk_size)
+        self.chunk_size = check_count("chunk_size", chunk_size, allow_none=True)
+        self._step_seconds = None  # measured: a decode step, host work included
         self.max_queue = (
             None if max_queue is None else check_count("max_queue", max_queue)
         )
@@ -342,9 +353,12 @@ class Engine:
                 if self._closed:
                     break
             try:
-                self._admit()
+                # A chunk after an admission is one step long, so that the
+                # new requests' first tokens go out without waiting for a
+                # whole chunk of the others.
+                admitted = self._admit()
                 if self._jobs:
-                    self._decode_chunk()
+                    self._decode_chunk(steps=1 if admitted else self._chunk_steps())
                     self._deliver()
             except Exception as error:  # every running request learns of it
                 self._fail_all(error)
@@ -361,14 +375,17 @@ class Engine:
         self._device = None  # rebuilt at the next admission
 
     def _admit(self):
-        """Move waiting requests into free slots, oldest first."""
+        """Move waiting requests into free slots, oldest first; whether any
+        moved."""
+        admitted = False
         while True:
             with self._condition:
                 while self._waiting and self._waiting[0].handle.cancelled:
                     self._waiting.popleft().handle.finish()
                 if not self._waiting or len(self._free) < self._waiting[0].rows:
                     self.metrics.waiting.set(len(self._waiting))
-                    return
+                    return admitted
+                admitted = True
                 job = self._waiting.popleft()
                 job.slots = [self._free.pop(0) for _ in range(job.rows)]
                 job.admitted = time.perf_counter()
@@ -411,10 +428,18 @@ class Engine:
             ops.convert_to_tensor(mask, "bool"),
         )["state"]
 
-    def _decode_chunk(self, rows=None, cache_length=None):
+    def _chunk_steps(self):
+        if self.chunk_size is not None:
+            return self.chunk_size
+        if self._step_seconds is None:
+            return 1
+        return int(np.clip(CHUNK_SECONDS / self._step_seconds, 1, MAX_CHUNK_STEPS))
+
+    def _decode_chunk(self, rows=None, cache_length=None, steps=1):
         """Run the decode program over the first `rows` slots and
         `cache_length` positions: by default the smallest row and length
         buckets that hold every running request."""
+        timed, started = rows is None, time.perf_counter()
         if rows is None:
             slots = [slot for job in self._jobs for slot in job.slots]
             rows = next(r for r in self.row_buckets if r > max(slots))
@@ -424,12 +449,16 @@ class Engine:
         for name, array in self._host.items():
             loop[name] = ops.convert_to_tensor(array[:rows])
         loop["step"] = ops.convert_to_tensor(0, "int32")
-        loop["until"] = ops.convert_to_tensor(self.chunk_size, "int32")
+        loop["until"] = ops.convert_to_tensor(steps, "int32")
         with backend.no_grad():
             loop = self._program("decode", (rows, cache_length))(loop)
         self._device = loop["state"]
         for name in ("positions", "running") + _READ:
             self._host[name][:rows] = ops.convert_to_numpy(loop[name])
+        if timed:
+            seconds = (time.perf_counter() - started) / steps
+            previous = self._step_seconds or seconds
+            self._step_seconds = 0.8 * previous + 0.2 * seconds
 
     def _deliver(self):
         host, now = self._host, time.perf_counter()

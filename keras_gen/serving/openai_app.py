@@ -508,7 +508,7 @@ def create_app(
     max_batch_size=8,
     max_length=None,
     max_queue=256,
-    chunk_size=4,
+    chunk_size=None,
     warm_up=False,
     max_body_bytes=MAX_BODY_BYTES,
 ):
@@ -529,7 +529,7 @@ def create_app(
             default the model's context (at most 2048).
         max_queue: int, requests that may wait for a slot; more get a 429.
         chunk_size: int, decode steps between two admissions (and stream
-            events).
+            events); by default about 50 ms of them (see `Engine`).
         warm_up: bool, compile every program at startup, before serving.
         max_body_bytes: int, larger request bodies get a 413.
 

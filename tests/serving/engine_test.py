@@ -177,13 +177,19 @@ def test_cancel_frees_the_slot(engine):
     assert engine.submit("A class", max_new_tokens=3, temperature=0).result(TIMEOUT)
 
 
-def test_no_compile_after_warm_up(engine):
-    # Every prompt bucket here has run: settings never compile.
-    before = engine.compilations
-    engine.generate([p for p, _ in mixed_requests(8, seed=1)], max_new_tokens=4)
-    for prompt, config in mixed_requests(8, seed=2):
-        engine.submit(prompt, config).result(TIMEOUT)
-    assert engine.compilations == before
+def test_no_compile_after_warm_up(lm):
+    with Engine(lm, max_batch_size=4, max_length=64, chunk_size=3) as engine:
+        engine.warm_up()
+        before = engine.compilations
+        # Any settings, prompt lengths, occupancy and lengths: no compile.
+        engine.generate([p for p, _ in mixed_requests(8, seed=1)], max_new_tokens=4)
+        for prompt, config in mixed_requests(8, seed=2):
+            engine.submit(prompt, config).result(TIMEOUT)
+        engine.submit(list(range(1, 60)), max_new_tokens=5).result(TIMEOUT)
+        assert engine.compilations == before
+        with pytest.raises(RuntimeError, match="before any request"):
+            engine.submit("The", max_new_tokens=50, stop_token_ids=[])
+            engine.warm_up()
 
 
 def test_a_full_queue_is_refused():

@@ -14,9 +14,19 @@ ROOT = pathlib.Path(__file__).parents[2]
 def run(tmp_path, *arguments):
     output = tmp_path / "results.json"
     command = [
-        sys.executable, str(ROOT / "tools" / "benchmark_serving.py"), "--model", "tiny",
-        "--prompt-lengths", "4:12", "--max-batch-size", "2", "--max-length", "64",
-        "--json", str(output), *arguments,
+        sys.executable,
+        str(ROOT / "tools" / "benchmark_serving.py"),
+        "--model",
+        "tiny",
+        "--prompt-lengths",
+        "4:12",
+        "--max-batch-size",
+        "2",
+        "--max-length",
+        "64",
+        "--json",
+        str(output),
+        *arguments,
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -27,8 +37,15 @@ def run(tmp_path, *arguments):
 @pytest.mark.only_backend("jax")
 def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
     results, stdout = run(
-        tmp_path, "--requests", "5", "--rate", "50", "--max-tokens", "3:9",
-        "--mix", "greedy,sample,top_k,top_p",
+        tmp_path,
+        "--requests",
+        "5",
+        "--rate",
+        "50",
+        "--max-tokens",
+        "3:9",
+        "--mix",
+        "greedy,sample,top_k,top_p",
     )
     for name in ("concurrent", "sequential"):
         run_ = results[name]
@@ -45,3 +62,9 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
         tmp_path, "--scenario", "short-among-long", "--long", "2", "--rounds", "1"
     )
     assert results["busy_over_idle"] > 0 and "long running" in stdout
+    assert results["server_busy_over_idle"] > 0
+
+    results, stdout = run(
+        tmp_path, "--scenario", "lone", "--rounds", "1", "--max-tokens", "9"
+    )
+    assert results["engine_over_stream"] > 0 and "lm.stream" in stdout

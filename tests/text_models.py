@@ -21,6 +21,19 @@ TEXT = [
 ]
 
 
+# Prompts the tiny tokenizer's text covers, of varied lengths.
+PROMPTS = [
+    "The for statement",
+    "A class",
+    "Exceptions are raised when",
+    "The while",
+    "is used",
+    "an error is detected during execution",
+    "The",
+    "iterate over the elements of a sequence",
+]
+
+
 def tiny_tokenizer(vocabulary_size=300):
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(

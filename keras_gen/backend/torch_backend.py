@@ -25,7 +25,9 @@ COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
 # Each model, sampler, processor chain and shape bucket compiles its own graph
 # of the shared step code; Dynamo's default limit of 8 graphs per code object
 # is too few for a process that holds a model or two.
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 128)
+torch._dynamo.config.recompile_limit = max(
+    torch._dynamo.config.recompile_limit, 128
+)
 
 
 def _counting_compiler(graph_module, example_inputs):
@@ -169,7 +171,9 @@ def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = torch.as_tensor(token_ids).to(torch.int64)
     weights = torch.as_tensor(weights, device=token_ids.device).to(torch.float32)
     valid = (token_ids >= 0) & (token_ids < vocabulary_size)
-    counts = torch.zeros((token_ids.shape[0], vocabulary_size), device=token_ids.device)
+    counts = torch.zeros(
+        (token_ids.shape[0], vocabulary_size), device=token_ids.device
+    )
     return counts.scatter_add(
         1, torch.where(valid, token_ids, 0), torch.where(valid, weights, 0.0)
     )

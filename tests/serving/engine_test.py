@@ -12,19 +12,10 @@ from keras_gen.sampling import options as options_lib
 from keras_gen.serving import Engine
 from keras_gen.serving import EngineClosed
 from keras_gen.serving import EngineFull
+from tests.text_models import PROMPTS
 from tests.text_models import tiny_text_lm
 
 TIMEOUT = 300
-PROMPTS = [
-    "The for statement",
-    "A class",
-    "Exceptions are raised when",
-    "The while",
-    "is used",
-    "an error is detected",
-    "The",
-    "iterate over the elements",
-]
 
 
 @pytest.fixture(scope="module")

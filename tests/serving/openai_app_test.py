@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from keras_gen.serving import ChatTemplate  # noqa: E402
 from keras_gen.serving import Engine  # noqa: E402
 from keras_gen.serving import create_app  # noqa: E402
+from tests.text_models import PROMPTS  # noqa: E402
 from tests.text_models import tiny_text_lm  # noqa: E402
 
 # The engine's programs are those of tests/serving/engine_test.py, which runs
@@ -27,16 +28,6 @@ pytestmark = pytest.mark.only_backend("jax")
 
 MODEL = "tiny"
 TIMEOUT = 120
-PROMPTS = [
-    "The for statement",
-    "A class",
-    "Exceptions are raised when",
-    "The while",
-    "is used",
-    "an error is detected during execution",
-    "The",
-    "iterate over the elements of a sequence",
-]
 
 
 def free_port():

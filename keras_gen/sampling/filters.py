@@ -13,11 +13,42 @@ NEG_INF = float("-inf")
 def top_k_filter(logits, k):
     """Set all but the `k` largest logits of each row to `-inf`.
 
-    `k` may be a tensor: the threshold is read from the sorted logits at a
-    data-dependent position. Ties with the k-th logit are kept.
+    `k` may be a tensor: the k-th largest logit is found by bisection (no
+    sort: a sort of a large vocabulary costs far more on CPU). Ties with
+    the k-th logit are kept.
     """
-    ascending = ops.sort(logits, axis=-1)
-    return ops.where(logits >= _kth_largest(ascending, k), logits, NEG_INF)
+    return ops.where(logits >= kth_largest(logits, k), logits, NEG_INF)
+
+
+def kth_largest(logits, k):
+    """`(batch, 1)`: the k-th largest value of each row of float32 `logits`,
+    exactly, without sorting.
+
+    Float32 bit patterns, with the magnitude bits of negative numbers
+    flipped, are integers in the order of the values. Bisection over them
+    (32 counting passes) finds the largest key that at least `k` keys reach:
+    the k-th largest value's.
+    """
+    vocabulary_size = ops.shape(logits)[-1]
+    k = ops.clip(ops.cast(k, "int32"), 1, vocabulary_size)
+    bits = ops.view(ops.cast(logits, "float32"), "int32")
+    keys = ops.where(bits < 0, ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
+    low = ops.amin(keys, axis=-1, keepdims=True)  # every key reaches it
+    high = ops.amax(keys, axis=-1, keepdims=True)
+    for _ in range(32):
+        # The upper middle, without overflowing int32.
+        middle = (
+            ops.right_shift(low, 1)
+            + ops.right_shift(high, 1)
+            + ops.bitwise_and(ops.bitwise_or(low, high), 1)
+        )
+        reached = ops.sum(ops.cast(keys >= middle, "int32"), axis=-1, keepdims=True)
+        enough = reached >= k
+        low = ops.where(enough, middle, low)
+        high = ops.where(enough, high, middle - 1)
+    return ops.amin(
+        ops.where(keys >= low, logits, float("inf")), axis=-1, keepdims=True
+    )
 
 
 def top_p_filter(logits, p):

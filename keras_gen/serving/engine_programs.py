@@ -28,6 +28,7 @@ from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.sampling.filters import filter_logits
 from keras_gen.sampling.filters import min_p_filter
+from keras_gen.sampling.filters import top_k_filter
 from keras_gen.utils.checks import MIN_TEMPERATURE
 
 # Per-slot settings and their dtypes: `(slots, 1)` numbers that broadcast
@@ -238,15 +239,27 @@ def _choose(scores, loop):
     best = ops.cast(ops.argmax(scores, axis=-1), "int32")
     positions = loop["positions"]
     seeds = loop["seeds"] + ops.stack([ops.zeros_like(positions), positions], axis=1)
-    narrowed = ops.logical_or(loop["top_k"] > 0, loop["top_p"] < 1)[:, 0]
-    sorts = _any_running(loop, ops.logical_and(ops.logical_not(greedy), narrowed))
+    sampled = ops.logical_not(greedy)
+    top_p_rows = _any_running(loop, ops.logical_and(sampled, loop["top_p"][:, 0] < 1))
+    top_k_rows = _any_running(loop, ops.logical_and(sampled, loop["top_k"][:, 0] > 0))
+    vocabulary_size = ops.shape(scores)[-1]
+
+    def top_k_only(scores, top_k, top_p):
+        # No sort: top-p is neutral for every running row.
+        return backend.cond(
+            top_k_rows,
+            lambda s, k: top_k_filter(s, ops.where(k > 0, k, vocabulary_size)),
+            lambda s, k: s,
+            scores,
+            top_k,
+        )
 
     def draw(scores, top_k, top_p, min_p, seeds):
         # As `filter_logits`: min-p first, then top-k and top-p (one sort).
         scores = backend.cond(
-            sorts,
+            top_p_rows,
             lambda s, k, p: filter_logits(s, top_k=k, top_p=p),
-            lambda s, k, p: s,
+            top_k_only,
             min_p_filter(scores, min_p),
             top_k,
             top_p,

@@ -58,3 +58,25 @@ def test_rows_that_are_all_inf_stay_all_inf_without_nan():
         filters.filter_logits(logits, top_k=3, top_p=0.5, min_p=0.1, typical_p=0.5)
     )
     assert np.isneginf(out).all()
+
+
+def test_kth_largest_without_a_sort_is_the_sorted_rows_value():
+    # Ties, -inf, signed zeros, tiny and huge spreads, k out of range.
+    rng = np.random.default_rng(1)
+    for trial in range(24):
+        vocabulary_size, rows = int(rng.integers(1, 300)), int(rng.integers(1, 4))
+        scale = [1e-3, 1.0, 1e4][trial % 3]
+        x = rng.normal(0, scale, (rows, vocabulary_size)).astype("float32")
+        if trial % 2:
+            x = np.round(x, 1)
+        if trial % 4 == 0:
+            x[:, : vocabulary_size // 3] = -np.inf
+        if trial % 5 == 0:
+            x[0, 0], x[0, -1] = -0.0, 0.0
+        if trial % 7 == 0:
+            x[:] = -np.inf
+        k = rng.integers(0, vocabulary_size + 3, (rows, 1)).astype("int32")
+        position = vocabulary_size - np.clip(k, 1, vocabulary_size)
+        expected = np.take_along_axis(np.sort(x, axis=-1), position, axis=-1)
+        got = filters.kth_largest(ops.convert_to_tensor(x), ops.convert_to_tensor(k))
+        np.testing.assert_array_equal(ops.convert_to_numpy(got), expected)

@@ -340,40 +340,42 @@ def test_streams_cut_after_two_events_free_their_slots(server, slow_delivery):
     assert complete(client, "A class", max_tokens=4)["choices"][0]["finish_reason"]
 
 
-def test_a_full_queue_answers_429_and_never_hangs():
-    app = create_app(tiny_text_lm(), model_name=MODEL, max_batch_size=1, max_queue=1)
+def test_a_full_queue_answers_429_and_never_hangs(slow_delivery):
+    # One slot, one place in the queue, one step per chunk (each delivery
+    # takes 20 ms): the long request holds the slot for 5 s.
+    app = create_app(
+        tiny_text_lm(), model_name=MODEL, max_batch_size=1, max_queue=1, chunk_size=1
+    )
     long_body = {
         "model": MODEL,
         "prompt": "The",
-        "max_tokens": 120,
+        "max_tokens": 250,
         "temperature": 0,
         "ignore_eos": True,
         "stream": True,
     }
+
+    def wait_in_the_queue():
+        with httpx.Client(base_url=client.base_url, timeout=TIMEOUT) as own:
+            complete(own, "A", max_tokens=2)
+
     with running(app) as client:
         with client.stream("POST", "/v1/completions", json=long_body) as holding:
-            next(holding.iter_lines())  # it holds the only slot
-            waiting = threading.Thread(
-                target=complete,
-                args=(
-                    client,
-                    "A",
-                ),
-                kwargs={"max_tokens": 2},
-            )
+            # Keep the iterator: dropping it would close the stream.
+            lines = holding.iter_lines()
+            next(lines)  # it holds the only slot
+            waiting = threading.Thread(target=wait_in_the_queue)
             waiting.start()
             deadline = time.monotonic() + TIMEOUT
             while client.get("/health").json()["waiting"] < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            response = client.post(
-                "/v1/completions", json={**long_body, "stream": False}
-            )
+            response = client.post("/v1/completions", json={**long_body, "stream": False})
             assert response.status_code == 429
             error = response.json()["error"]
-            assert (
-                error["type"] == "rate_limit_error" and "max_queue" in error["message"]
-            )
+            assert error["type"] == "rate_limit_error"
+            assert "max_queue" in error["message"]
+        # The long stream closed: its slot serves the waiting request.
         waiting.join(TIMEOUT)
         assert not waiting.is_alive()
 

@@ -134,8 +134,14 @@ def uniform(shape, seed):
 
 
 def uniform_rows(shape, seeds):
-    # The batch is static: one draw per row.
-    return tf.stack([uniform(shape[1:], seeds[b]) for b in range(shape[0])])
+    # One draw per row, in a loop of the graph: unrolled, thousands of rows
+    # (speculative sampling tests draw for 3,000) made a graph that XLA
+    # could not compile within the machine's memory.
+    return tf.map_fn(
+        lambda seed: uniform(shape[1:], seed),
+        tf.cast(seeds, "int32"),
+        fn_output_signature=tf.float32,
+    )
 
 
 def distribute_tensor(x, layout):

@@ -35,7 +35,9 @@ def kth_largest(logits, k):
     keys = ops.where(bits < 0, ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
     low = ops.amin(keys, axis=-1, keepdims=True)  # every key reaches it
     high = ops.amax(keys, axis=-1, keepdims=True)
-    for _ in range(32):
+
+    def halve(_, bounds):
+        low, high = bounds
         # The upper middle, without overflowing int32.
         middle = (
             ops.right_shift(low, 1)
@@ -44,8 +46,11 @@ def kth_largest(logits, k):
         )
         reached = ops.sum(ops.cast(keys >= middle, "int32"), axis=-1, keepdims=True)
         enough = reached >= k
-        low = ops.where(enough, middle, low)
-        high = ops.where(enough, high, middle - 1)
+        return ops.where(enough, middle, low), ops.where(enough, high, middle - 1)
+
+    # A loop, not 32 unrolled passes: XLA's CPU compile time grows
+    # exponentially with the unrolled chain (16 passes took minutes).
+    low, high = ops.fori_loop(0, 32, halve, (low, high))
     return ops.amin(
         ops.where(keys >= low, logits, float("inf")), axis=-1, keepdims=True
     )

@@ -71,13 +71,15 @@ def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
 
 
 def program_outputs(loop, finished):
-    """What the host reads from a loop state: the sampler's finished tokens
-    (a tensor, or a dict of them and beam search's `sequence_scores`), the
-    per-step outputs and (speculative decoding) per-row counts."""
+    """What the host reads from a loop state: the per-step outputs,
+    (speculative decoding) per-row counts, and the sampler's finished rows:
+    a tensor of tokens, or a dict of them and, for a sampler that returns
+    other rows than it runs (beam search), `sequence_scores` and the
+    returned rows' per-step outputs, which win over the loop's."""
     if not isinstance(finished, dict):
         finished = {"token_ids": finished}
     counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
-    return {**finished, **loop["outputs"], **counts}
+    return {**loop["outputs"], **counts, **finished}
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -630,12 +632,6 @@ class CausalLM(keras.Model):
         if chunk_size is None:
             chunk_size = self.stream_chunk_size
         chunk_size = check_count("stream_chunk_size", chunk_size)
-        if sampler.num_return_sequences != 1:
-            raise ValueError(
-                "A beam search stream returns one sequence per prompt: set "
-                "`num_return_sequences` to 1 (it is "
-                f"{sampler.num_return_sequences})."
-            )
         return self._chunks(request, streamer, max_time, chunk_size, sampler)
 
     def _chunks(self, request, streamer, max_time, chunk_size, sampler):
@@ -658,9 +654,9 @@ class CausalLM(keras.Model):
                     )
                     # A speculative chunk is `chunk_size` steps (each of one
                     # or more tokens per row); `lengths` says how far.
-                    token_ids, limits = sampler.stream_view(loop)
+                    view, limits = sampler.stream_view(loop)
                     chunk = request.read(
-                        program_outputs(loop, token_ids), limits, time_is_up
+                        program_outputs(loop, view), limits, time_is_up
                     )
                     if streamer is not None:
                         streamer.put(chunk)

@@ -67,12 +67,6 @@ class GenerationRequest:
         backbone = lm.backbone
         self.outputs = config.outputs
         self.top_logprobs = config.top_logprobs
-        if self.outputs and not sampler.supports_step_outputs:
-            raise ValueError(
-                f"{type(sampler).__name__} reorders its rows every step, so it "
-                f"has no per-step outputs: drop {list(self.outputs)} (beam "
-                "search returns `sequence_scores`)."
-            )
         prompts = self._read_prompts(inputs, config, sampler, backbone.vocabulary_size)
         limit = backbone.max_sequence_length
         self.ends = prompts_lib.row_ends(
@@ -220,9 +214,13 @@ class GenerationRequest:
         if self.tokenizer is not None:
             record.text = [self._text(r, ids) for r, ids in enumerate(record.token_ids)]
         if "sequence_scores" in outputs:
-            record.sequence_scores = ops.convert_to_numpy(
-                outputs["sequence_scores"]
-            ).tolist()
+            # NaN: a stream's row whose search still runs.
+            record.sequence_scores = [
+                None if np.isnan(score) else score
+                for score in np.asarray(
+                    ops.convert_to_numpy(outputs["sequence_scores"])
+                ).tolist()
+            ]
         if self.done:
             record.sequences = [
                 prompt + token_ids[r, len(prompt) : self.emitted[r]].tolist()

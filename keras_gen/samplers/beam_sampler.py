@@ -47,11 +47,21 @@ class BeamSampler(Sampler):
         seed: unused (beam search is deterministic); accepted like every
             sampler's.
 
+    Per-step outputs (`outputs` of `start`) are kept per beam: every step
+    writes the beams' values at the new position, the buffers are reordered
+    with the beams' parents and copied into a hypothesis when it finishes,
+    so each returned sequence carries the outputs of its own tokens. Its
+    `log_probs` are the log-probabilities of its tokens under the step's
+    (processed, tempered) scores, as transformers'
+    `compute_transition_scores(sequences, scores, beam_indices)`: they sum
+    to `sequence_scores * generated_length ** length_penalty`.
+
     Call arguments:
         As `Sampler`. The result is a dict: `"token_ids"`, `(batch * n,
         length)` with prompt `b`'s hypotheses at rows `b * n` to
-        `b * n + n - 1` (`n = num_return_sequences`), and
-        `"sequence_scores"`, `(batch * n,)`, their scores.
+        `b * n + n - 1` (`n = num_return_sequences`),
+        `"sequence_scores"`, `(batch * n,)`, their scores, and the
+        requested per-step outputs in the same rows.
 
     Examples:
     >>> sampler = BeamSampler(num_beams=3, length_penalty=0.5)
@@ -95,11 +105,8 @@ class BeamSampler(Sampler):
         offsets = ops.arange(ops.shape(beams)[0], dtype="int32")[:, None] * width
         return ops.reshape(ops.cast(beams, "int32") + offsets, (-1,))
 
-    # Beams are reordered every step: per-step outputs have no single row.
-    supports_step_outputs = False
-
     def start(self, prompt, state, index, mask=None, stop_token_ids=None,
-              hidden_states=None, end=None, seed=None, **kwargs):
+              hidden_states=None, end=None, seed=None, outputs=None, **kwargs):
         """The loop state of `num_beams` copies of every row, all in step.
 
         Rows `b * num_beams` to `b * num_beams + num_beams - 1` are prompt
@@ -119,9 +126,10 @@ class BeamSampler(Sampler):
             end = repeat(ops.convert_to_tensor(end, "int32"))
         if state is not None:
             state = keras.tree.map_structure(repeat, state)
+        outputs = {name: repeat(buffer) for name, buffer in (outputs or {}).items()}
         loop = super().start(
             repeat(prompt), state, index, mask, stop_token_ids, None, end, seed,
-            **kwargs,
+            outputs=outputs, **kwargs,
         )
         first = ops.cast(ops.arange(num_beams) > 0, "float32") * NEG
         return {
@@ -130,14 +138,19 @@ class BeamSampler(Sampler):
             "beam_finished_ids": loop["token_ids"],
             "beam_finished_scores": ops.full((batch_beams,), NEG, "float32"),
             "beam_finished": ops.zeros((batch_beams,), "bool"),
+            "beam_finished_outputs": dict(loop["outputs"]),
         }
 
     def step(self, next, loop):
         """Extend every live beam, keep the best, record finished ones."""
         index, num_beams = loop["index"], self.num_beams
-        logits, _, state = next(loop["token_ids"], loop["state"], index)
-        logits = self.process_logits(ops.cast(logits, "float32"), loop)
-        log_probs = ops.log_softmax(logits / self.temperature, axis=-1)
+        logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
+        logits = ops.cast(logits, "float32")
+        scores = self.process_logits(logits, loop) / self.temperature
+        log_probs = ops.log_softmax(scores, axis=-1)
+        loop = self._record_beams(
+            loop, log_probs, logits=logits, scores=scores, hidden_states=hidden_states
+        )
         batch_beams, vocabulary_size = ops.shape(log_probs)
         batch = batch_beams // num_beams
 
@@ -170,7 +183,8 @@ class BeamSampler(Sampler):
         )
         best = best / ops.power(generated, self.length_penalty)[:, None]
         loop = self._add_finished(
-            loop, best, indices // vocabulary_size, tokens, accept
+            loop, best, indices // vocabulary_size, tokens, accept,
+            self._chosen(log_probs, indices),
         )
 
         # The beams that go on: the best continuations that do not finish.
@@ -186,6 +200,9 @@ class BeamSampler(Sampler):
             **loop,
             "token_ids": ops.take(loop["token_ids"], beams, axis=0),
             "beam_scores": ops.reshape(scores, (-1,)),
+            "outputs": self._continue(
+                loop["outputs"], beams, self._chosen(log_probs, indices), index
+            ),
         }
         tokens = ops.reshape(indices % vocabulary_size, (-1,))
         loop = self.append(loop, tokens, state)
@@ -195,35 +212,88 @@ class BeamSampler(Sampler):
         done = ops.logical_or(per_row(loop["done"]), stop)
         return {**loop, "done": ops.repeat(done, num_beams, axis=0)}
 
-    def _add_finished(self, loop, scores, parents, tokens, accept):
+    def _record_beams(self, loop, log_probs, **values):
+        """Write this step's per-step values of every beam at `index`.
+
+        All but `log_probs`: the log-prob of the chosen token depends on
+        the continuation, and `_continue` writes it.
+        """
+        outputs = loop["outputs"]
+        if "top_log_probs" in outputs:
+            count = ops.shape(outputs["top_log_probs"])[-1]
+            values["top_log_probs"], values["top_token_ids"] = ops.top_k(
+                log_probs, count
+            )
+        outputs = {
+            name: (
+                buffer
+                if name == "log_probs"
+                else backend.update_slice(
+                    buffer,
+                    ops.cast(values[name], buffer.dtype)[:, None],
+                    loop["index"],
+                    1,
+                )
+            )
+            for name, buffer in outputs.items()
+        }
+        return {**loop, "outputs": outputs}
+
+    def _chosen(self, log_probs, indices):
+        """`(batch * num_beams,)` log-probs of the continuations `indices`,
+        `(batch, num_beams)` flat indices into each row's beams x vocab."""
+        batch = ops.shape(indices)[0]
+        flat = ops.reshape(log_probs, (batch, -1))
+        return ops.reshape(ops.take_along_axis(flat, indices, axis=1), (-1,))
+
+    def _continue(self, outputs, beams, log_probs, index):
+        """The per-step buffers of continuations: the rows `beams` of their
+        parents, with the `log_probs` of their new tokens at `index`."""
+        outputs = {name: ops.take(buffer, beams, 0) for name, buffer in outputs.items()}
+        if "log_probs" in outputs:
+            outputs["log_probs"] = backend.update_slice(
+                outputs["log_probs"], log_probs[:, None], index, 1
+            )
+        return outputs
+
+    def _add_finished(self, loop, scores, parents, tokens, accept, log_probs):
         """Merge the accepted `(batch, num_beams)` candidates into each row's
         `num_beams` best finished hypotheses."""
         num_beams = self.num_beams
         batch = ops.shape(scores)[0]
-        candidates = ops.take(loop["token_ids"], self._flat(parents, num_beams), 0)
+        parents = self._flat(parents, num_beams)
+        candidates = ops.take(loop["token_ids"], parents, 0)
         candidates = backend.update_slice(
             candidates, ops.reshape(tokens, (-1, 1)), loop["index"], axis=1
         )
-        length = ops.shape(candidates)[1]
+        new_scores = ops.reshape(ops.where(accept, scores, NEG), (-1,))
 
-        def merge(finished, new):  # (batch, 2 * num_beams, ...)
+        def merge(finished, new):  # (batch * 2 * num_beams, ...)
             shape = (batch, num_beams) + tuple(ops.shape(new))[1:]
-            return ops.concatenate(
+            merged = ops.concatenate(
                 [ops.reshape(finished, shape), ops.reshape(new, shape)], axis=1
             )
+            return ops.reshape(merged, (-1,) + shape[2:])
 
-        new_scores = ops.reshape(ops.where(accept, scores, NEG), (-1,))
         kept_scores, kept = ops.top_k(
-            merge(loop["beam_finished_scores"], new_scores), num_beams
+            ops.reshape(merge(loop["beam_finished_scores"], new_scores), (batch, -1)),
+            num_beams,
         )
         kept = self._flat(kept, 2 * num_beams)
-        ids = merge(loop["beam_finished_ids"], candidates)
-        flags = merge(loop["beam_finished"], ops.reshape(accept, (-1,)))
+
+        def keep(finished, new):
+            return ops.take(merge(finished, new), kept, 0)
+
+        new_outputs = self._continue(loop["outputs"], parents, log_probs, loop["index"])
         return {
             **loop,
-            "beam_finished_ids": ops.take(ops.reshape(ids, (-1, length)), kept, 0),
+            "beam_finished_ids": keep(loop["beam_finished_ids"], candidates),
             "beam_finished_scores": ops.reshape(kept_scores, (-1,)),
-            "beam_finished": ops.take(ops.reshape(flags, (-1,)), kept, 0),
+            "beam_finished": keep(loop["beam_finished"], ops.reshape(accept, (-1,))),
+            "beam_finished_outputs": {
+                name: keep(buffer, new_outputs[name])
+                for name, buffer in loop["beam_finished_outputs"].items()
+            },
         }
 
     def _row_done(self, loop, best_running, generated, prompt_length, end):
@@ -241,7 +311,8 @@ class BeamSampler(Sampler):
         return ops.logical_and(ops.all(finished, axis=1), early)
 
     def finish(self, loop):
-        """The `num_return_sequences` best hypotheses per prompt, best first.
+        """The `num_return_sequences` best hypotheses per prompt, best first,
+        with their scores and per-step outputs.
 
         A row that never generated (its end was its prompt's) has no
         finished hypothesis and answers with its beams as they are.
@@ -253,41 +324,80 @@ class BeamSampler(Sampler):
             return ops.reshape(x, (-1,) + tuple(ops.shape(x))[2:])
 
         finished = best(loop["beam_finished"])
-        token_ids = ops.where(
-            finished[:, None], best(loop["beam_finished_ids"]), best(loop["token_ids"])
-        )
-        scores = ops.where(
-            finished, best(loop["beam_finished_scores"]), best(loop["beam_scores"])
-        )
-        return {"token_ids": token_ids, "sequence_scores": scores}
+
+        def pick(hypotheses, beams):
+            flag = ops.reshape(finished, (-1,) + (1,) * (ops.ndim(beams) - 1))
+            return ops.where(flag, best(hypotheses), best(beams))
+
+        hypotheses = loop["beam_finished_outputs"]
+        return {
+            "token_ids": pick(loop["beam_finished_ids"], loop["token_ids"]),
+            "sequence_scores": pick(loop["beam_finished_scores"], loop["beam_scores"]),
+            **{
+                name: pick(hypotheses[name], buffer)
+                for name, buffer in loop["outputs"].items()
+            },
+        }
 
     def stream_view(self, loop):
-        """Per row, the tokens every hypothesis that can still win agrees on.
+        """Per returned sequence, what no later step can change.
 
-        The live beams and the finished hypotheses of a row share a prefix:
-        it is final, whichever of them wins. A finished row hands out the
-        rest of its best hypothesis. Needs `num_return_sequences=1`.
+        While a prompt's search runs, its live beams and finished
+        hypotheses share a prefix: it is final whichever of them wins, so
+        each of the prompt's `num_return_sequences` rows may hand out that
+        prefix (with its per-step outputs, copies of the common ancestor's).
+        When the search ends, each row hands out the rest of its final
+        hypothesis, and `sequence_scores` (`NaN` for rows still searching).
         """
-        n = self.num_beams
+        num_beams, n = self.num_beams, self.num_return_sequences
         index = int(ops.convert_to_numpy(loop["index"]))
 
         def rows(name):  # (batch * num_beams, ...) -> (batch, num_beams, ...)
             x = np.asarray(ops.convert_to_numpy(loop[name]))
-            return x.reshape((-1, n) + x.shape[1:])
+            return x.reshape((-1, num_beams) + x.shape[1:])
 
         beams, finished_ids = rows("token_ids"), rows("beam_finished_ids")
         live, finished = rows("beam_scores") > NEG / 2, rows("beam_finished")
         done = rows("done").all(1) | (rows("end")[:, 0] <= index)
-        best = np.asarray(ops.convert_to_numpy(self.finish(loop)["token_ids"]))
         limits = []
         for b in range(len(beams)):
             candidates = np.concatenate([beams[b][live[b]], finished_ids[b][finished[b]]])
             agree = (candidates == candidates[:1]).all(0)[:index]
-            limits.append(len(agree) if agree.all() else int(np.argmin(agree)))
-            if not done[b]:
-                best[b] = candidates[0]
-        limits = [len(best[0]) if d else limit for d, limit in zip(done, limits)]
-        return best, limits
+            limit = len(agree) if agree.all() else int(np.argmin(agree))
+            limits += [beams.shape[-1] if done[b] else limit] * n
+
+        # A searching prompt's rows show its best candidate: its first beam
+        # if live, else its best finished hypothesis.
+        final = self.finish(loop)
+        first = np.repeat(np.arange(len(beams)) * num_beams, n)
+        use_final, use_beam = np.repeat(done, n), np.repeat(live[:, 0], n)
+
+        def pick(final_rows, beam_rows, hypothesis_rows):
+            def flag(x):
+                shape = (-1,) + (1,) * (ops.ndim(final_rows) - 1)
+                return ops.reshape(ops.convert_to_tensor(x), shape)
+
+            searching = ops.where(
+                flag(use_beam),
+                ops.take(beam_rows, first, 0),
+                ops.take(hypothesis_rows, first, 0),
+            )
+            return ops.where(flag(use_final), final_rows, searching)
+
+        hypotheses = loop["beam_finished_outputs"]
+        view = {
+            "token_ids": pick(
+                final["token_ids"], loop["token_ids"], loop["beam_finished_ids"]
+            ),
+            "sequence_scores": np.where(
+                use_final, ops.convert_to_numpy(final["sequence_scores"]), np.nan
+            ),
+            **{
+                name: pick(final[name], buffer, hypotheses[name])
+                for name, buffer in loop["outputs"].items()
+            },
+        }
+        return view, limits
 
     def get_config(self):
         return {

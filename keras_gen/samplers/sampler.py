@@ -85,8 +85,6 @@ class Sampler(Tunable):
     processors = ()
     # The default seed reaches the program as an input: not structure.
     tunable_config = ("seed",)
-    # Whether `record` can fill per-step outputs (scores, logits, ...).
-    supports_step_outputs = True
     # Sequences returned per prompt.
     num_return_sequences = 1
     # Whether the same prompt always gives the same tokens (no draws).
@@ -290,9 +288,10 @@ class Sampler(Tunable):
         )
 
     def stream_view(self, loop):
-        """What a stream may hand out so far: `(token_ids, limits)`.
+        """What a stream may hand out so far: `(view, limits)`.
 
-        `token_ids` has one row per returned sequence; `limits` is how many
+        `view` is what `finish` returns (token ids, or a dict of them and
+        more) with one row per returned sequence; `limits` is how many
         positions of each row are final (one int for all rows here: the
         loop's `index`). Host side, between compiled chunks.
         """

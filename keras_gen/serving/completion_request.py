@@ -78,7 +78,8 @@ class CompletionRequest:
     a bool with `top_logprobs`), `presence_penalty`, `frequency_penalty`,
     `repetition_penalty`, `logit_bias`, `stream`,
     `stream_options.include_usage`, and vLLM's `ignore_eos`, `min_tokens`
-    and `stop_token_ids`. Other fields are ignored.
+    and `stop_token_ids`. vLLM's `use_beam_search: true` is refused (400).
+    Other fields are ignored.
 
     The options become `config`, a `GenerationConfig` (which checks every
     value) of what the request sets; the engine puts it over the server's
@@ -123,6 +124,18 @@ class CompletionRequest:
         self.ignore_eos = _field(
             body, "ignore_eos", lambda v: isinstance(v, bool), "a boolean", False
         )
+        if _field(
+            body, "use_beam_search", lambda v: isinstance(v, bool), "a boolean", False
+        ):
+            # Refused, not ignored: sampling instead would be a silent
+            # wrong answer.
+            raise APIError(
+                "Beam search is not served: the engine decodes every request "
+                "in one shared step with per-row sampling settings. Run beam "
+                "search with `CausalLM.generate` or `CausalLM.stream` and a "
+                "`BeamSampler`.",
+                param="use_beam_search",
+            )
         self._read_max_tokens(body, model)
         self._read_logprobs(body)
         self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)

@@ -517,8 +517,9 @@ def create_app(
     Every request runs on one `Engine` (continuous batching: requests join
     the running batch between chunks of steps, whatever their settings).
     The app starts the engine's work with its lifespan and closes the engine
-    when it shuts down. Beam and contrastive search are not served (the
-    OpenAI API has no field for them): use `CausalLM.generate`.
+    when it shuts down. Beam and contrastive search are not served
+    (vLLM's `use_beam_search: true` gets a 400): use `CausalLM.generate`
+    or `CausalLM.stream`, which stream every returned beam.
 
     Args:
         lm: a `keras_gen.models.CausalLM` with a tokenizer.

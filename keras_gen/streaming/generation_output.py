@@ -49,7 +49,9 @@ class GenerationOutput:
             the new tokens.
         sequence_scores: beam search only: the length-normalised score of
             each returned sequence. With `n` sequences per prompt the rows
-            are flat: prompt `b`'s are rows `b * n` to `b * n + n - 1`.
+            are flat: prompt `b`'s are rows `b * n` to `b * n + n - 1`. In
+            a stream's chunk, `None` for rows whose search still runs; the
+            last chunk holds every score.
         accepted_tokens: speculative decoding only: per row, how many
             draft tokens the target accepted so far.
         draft_tokens: speculative decoding only: per row, how many draft

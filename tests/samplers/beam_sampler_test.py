@@ -186,6 +186,136 @@ def test_ragged_batch_matches_transformers_row_by_row(
     assert occurred or stop is None
 
 
+# Per-step outputs of every returned sequence, against transformers'
+# `compute_transition_scores(sequences, scores, beam_indices)`.
+
+
+def hf_transitions(hf_model, prompt, stop, **kwargs):
+    """Per returned sequence: its new tokens' log-probs and raw logits."""
+    import torch
+
+    output = hf_model.generate(
+        torch.tensor([prompt]),
+        num_beams=3,
+        do_sample=False,
+        num_return_sequences=3,
+        output_scores=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+        eos_token_id=stop,
+        pad_token_id=0 if stop is None else stop,
+        **kwargs,
+    )
+    transitions = hf_model.compute_transition_scores(
+        output.sequences, output.scores, output.beam_indices
+    ).numpy()
+    beam_indices = output.beam_indices.numpy()
+    rows = []
+    for r, row in enumerate(output.sequences.tolist()):
+        new = row[len(prompt) :]
+        length = next((i + 1 for i, t in enumerate(new) if t == stop), len(new))
+        logits = np.stack(
+            [output.logits[t][beam_indices[r, t]].numpy() for t in range(length)]
+        )
+        rows.append((transitions[r, :length], logits))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "length_penalty, early_stopping, with_stop",
+    [
+        (1.0, False, False),
+        (0.5, True, True),
+        (2.0, "never", True),
+        (-1.0, False, False),
+    ],
+)
+def test_per_step_outputs_match_transformers_transition_scores(
+    hf_model, beam_lm, length_penalty, early_stopping, with_stop
+):
+    stop = None
+    if with_stop:  # a token that the longest prompt's best beam emits early
+        unstopped, _ = hf_beam_search(hf_model, RAGGED[1], None, max_new_tokens=9)
+        stop = unstopped[0][len(RAGGED[1]) + 1]
+    result = beam_search(
+        beam_lm,
+        RAGGED,
+        stop,
+        length_penalty,
+        early_stopping,
+        max_new_tokens=9,
+        output_log_probs=True,
+        output_logits=True,
+        output_scores=True,
+    )
+    for b, prompt in enumerate(RAGGED):
+        expected = hf_transitions(
+            hf_model,
+            prompt,
+            stop,
+            max_new_tokens=9,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        for j, (log_probs, logits) in enumerate(expected):
+            r = 3 * b + j
+            assert len(result.log_probs[r]) == len(result.token_ids[r])
+            np.testing.assert_allclose(result.log_probs[r], log_probs, atol=1e-4)
+            np.testing.assert_allclose(result.logits[r], logits, atol=1e-4)
+            # Temperature 1, no processors: scores are the logits.
+            np.testing.assert_allclose(result.scores[r], logits, atol=1e-4)
+            generated = len(result.token_ids[r])
+            np.testing.assert_allclose(
+                result.log_probs[r].sum() / generated**length_penalty,
+                result.sequence_scores[r],
+                atol=1e-4,
+            )
+
+
+def test_per_step_outputs_follow_the_hypothesis_not_the_row():
+    # The search alone, on a table model: every returned sequence's
+    # log-probs are its own tokens' under the table, and its hidden states
+    # and top alternatives those of the beam that produced each token.
+    table = log_softmax_table(3, 6)
+    sampler = BeamSampler(num_beams=4, num_return_sequences=4)
+
+    def next(prompt, state, index):
+        last = backend.slice(prompt, index - 1, 1, axis=1)[:, 0]
+        hidden = ops.one_hot(last, 6)  # the token the step read
+        return ops.take(ops.convert_to_tensor(table, "float32"), last, 0), hidden, state
+
+    width, top = 6, 2
+    outputs = {
+        "log_probs": ops.zeros((1, width)),
+        "hidden_states": ops.zeros((1, width, 6)),
+        "top_log_probs": ops.zeros((1, width, top)),
+        "top_token_ids": ops.zeros((1, width, top), "int32"),
+    }
+    with sampler.bind(sampler.get_parameter_tensors()):
+        loop = sampler.start([[0] * width], ops.zeros((1, 1)), 1, outputs=outputs)
+        result = sampler.finish(sampler.run(next, loop))
+    token_ids = ops.convert_to_numpy(result["token_ids"])
+    for r, row in enumerate(token_ids):
+        previous, chosen = row[:-1], row[1:]
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(result["log_probs"])[r, 1:],
+            table[previous, chosen],
+            rtol=1e-5,
+        )
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(result["hidden_states"])[r, 1:], np.eye(6)[previous]
+        )
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(result["top_token_ids"])[r, 1:],
+            np.argsort(-table[previous], axis=-1)[:, :top],
+        )
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(result["sequence_scores"])[r],
+            table[previous, chosen].sum() / (width - 1),
+            rtol=1e-5,
+        )
+
+
 def test_no_recompilation(beam_lm, traces):
     beam_search(beam_lm, [1, 2, 3], None, 1.0, False, max_length=20)
     first = traces()

@@ -102,6 +102,45 @@ def test_stop_token_ends_a_row(contrastive_lm):
     assert stopped[0] == unstopped[0][: first_stop + 1]
 
 
+def test_scores_are_the_processed_tempered_logits(contrastive_lm):
+    # transformers' contrastive search once returned the raw logits as its
+    # scores; here scores show what processors and temperature did.
+    contrastive_lm.sampler.alpha = 0.6
+    prompt = [5, 9, 2, 33]
+    result = contrastive_lm.generate(
+        prompt,
+        max_new_tokens=6,
+        stop_token_ids=None,
+        temperature=0.5,
+        repetition_penalty=1.5,
+        return_dict=True,
+        output_scores=True,
+        output_logits=True,
+        output_log_probs=True,
+    )
+    tokens, logits, scores = result.token_ids[0], result.logits[0], result.scores[0]
+    seen = list(prompt)
+    for step, token in enumerate(tokens):
+        expected = logits[step].copy()
+        penalised = np.unique(seen)
+        expected[penalised] = np.where(
+            expected[penalised] > 0,
+            expected[penalised] / 1.5,
+            expected[penalised] * 1.5,
+        )
+        np.testing.assert_allclose(scores[step], expected / 0.5, rtol=1e-5, atol=1e-5)
+        log_softmax = (
+            scores[step]
+            - np.log(np.exp(scores[step] - scores[step].max()).sum())
+            - scores[step].max()
+        )
+        np.testing.assert_allclose(
+            result.log_probs[0][step], log_softmax[token], atol=1e-5
+        )
+        seen.append(token)
+    assert not np.allclose(scores, logits)
+
+
 def test_no_recompilation(contrastive_lm, traces):
     sampler = contrastive_lm.sampler
     contrastive_lm.generate([1, 2, 3], max_length=20, stop_token_ids=None)

@@ -50,26 +50,52 @@ def test_joined_stream_equals_generate(gpt2_lm, sampler, rich):
     assert final.sequences == [p + t for p, t in zip(PROMPTS, final.token_ids)]
 
 
-@pytest.mark.parametrize("stop", [False, True])
-def test_beam_streams_what_every_hypothesis_agrees_on(gpt2_lm, stop):
-    gpt2_lm.compile(sampler=samplers.BeamSampler(num_beams=3))
-    kwargs = dict(max_new_tokens=12, stop_token_ids=None)
+@pytest.mark.parametrize(
+    "n, early_stopping, stop, rich",
+    [
+        (1, False, False, True),
+        (1, True, True, False),
+        (2, "never", True, True),
+        (3, False, True, True),
+        (3, True, False, False),
+    ],
+)
+def test_beam_streams_every_returned_sequence(gpt2_lm, n, early_stopping, stop, rich):
+    gpt2_lm.compile(
+        sampler=samplers.BeamSampler(
+            num_beams=3,
+            num_return_sequences=n,
+            early_stopping=early_stopping,
+            length_penalty=0.7,
+        )
+    )
+    kwargs = dict(max_new_tokens=12, stop_token_ids=None, **(RICH if rich else {}))
     if stop:
-        free = gpt2_lm.generate(PROMPTS, strip_prompt=True, **kwargs)
-        kwargs["stop_token_ids"] = [free[0][3]]
+        free = gpt2_lm.generate(PROMPTS, return_dict=True, **kwargs)
+        kwargs["stop_token_ids"] = [free.token_ids[0][3]]
     final = gpt2_lm.generate(PROMPTS, return_dict=True, **kwargs)
     chunks = list(gpt2_lm.stream(PROMPTS, stream_chunk_size=2, **kwargs))
+    assert all(len(c.token_ids) == n * len(PROMPTS) for c in chunks)
     joined = GenerationOutput.join(chunks)
-    assert joined.token_ids == final.token_ids
-    assert joined.finish_reasons == final.finish_reasons
-    if not stop:  # agreed prefixes are streamed before the search ends
+    assert_records_equal(joined, final)
+    assert joined.sequences == final.sequences
+    assert joined.sequence_scores == final.sequence_scores
+    if stop:
+        assert "stop" in final.finish_reasons
+    # Nothing handed out is taken back: every chunk extends what came
+    # before, up to each row's final tokens.
+    for r, tokens in enumerate(final.token_ids):
+        sent = []
+        for chunk in chunks:
+            sent += chunk.token_ids[r]
+            assert tokens[: len(sent)] == sent
+    # Agreed prefixes are streamed before the searches end (an early stop
+    # token may end them first), and scores only once a row's has ended.
+    if not stop:
         assert sum(len(t) for c in chunks[:-1] for t in c.token_ids) > 0
-
-
-def test_beam_stream_needs_one_sequence_per_prompt(gpt2_lm):
-    gpt2_lm.compile(sampler=samplers.BeamSampler(num_beams=3, num_return_sequences=2))
-    with pytest.raises(ValueError, match="num_return_sequences"):
-        gpt2_lm.stream([1, 2], max_new_tokens=3)
+    for chunk in chunks:
+        for reason, score in zip(chunk.finish_reasons, chunk.sequence_scores):
+            assert (score is None) == (reason is None)
 
 
 def test_rows_finish_with_their_reason(gpt2_lm):

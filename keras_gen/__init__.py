@@ -2,10 +2,15 @@
 
 The public API loads on first use (PEP 562), so that `import keras_gen` does
 not import Keras: the `keras-gen` command must set `KERAS_BACKEND` from its
-`--backend` flag before Keras loads.
+`--backend` flag before Keras loads. When nothing chooses an installed
+backend, importing keras_gen picks one (see `keras_gen.utils.backend_choice`).
 """
 
 import importlib
+
+from keras_gen.utils.backend_choice import choose_backend
+
+choose_backend()
 
 __version__ = "0.1.0"
 

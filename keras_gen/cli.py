@@ -10,12 +10,13 @@ must set `KERAS_BACKEND` before Keras loads.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+
+from keras_gen.utils import backend_choice
 
 BACKENDS = ("jax", "tensorflow", "torch")
 # `--sampler` names, as the decoding-mode options they stand for (filled in
@@ -93,7 +94,8 @@ def _add_common(parser):
         "--backend",
         choices=BACKENDS,
         default=argparse.SUPPRESS,
-        help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
+        help="Keras backend (default: $KERAS_BACKEND, else keras.json's, else "
+        "the first installed of jax, torch, tensorflow).",
     )
     parser.add_argument(
         "--model",
@@ -103,6 +105,12 @@ def _add_common(parser):
     )
     parser.add_argument(
         "--dtype", choices=("float32", "bfloat16", "float16"), default=None
+    )
+    parser.add_argument(
+        "--no-compilation-cache",
+        action="store_true",
+        help="compile afresh, without the persistent compilation cache "
+        "(same as KERAS_GEN_COMPILATION_CACHE=0)",
     )
 
 
@@ -204,7 +212,8 @@ def _add_bench(commands):
         "--backend",
         choices=BACKENDS,
         default=argparse.SUPPRESS,
-        help="Keras backend (default: $KERAS_BACKEND, else jax when installed).",
+        help="Keras backend (default: $KERAS_BACKEND, else keras.json's, else "
+        "the first installed of jax, torch, tensorflow).",
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -229,10 +238,14 @@ def build_parser():
 
 
 def select_backend(requested):
-    """Set `KERAS_BACKEND` before Keras is imported; return the backend."""
+    """Set `KERAS_BACKEND` before Keras is imported; return the backend.
+
+    Without `requested`, the backend `import keras_gen` chose stands (see
+    `keras_gen.utils.backend_choice`).
+    """
     backend = requested or os.environ.get("KERAS_BACKEND")
-    if backend is None:
-        backend = "jax" if importlib.util.find_spec("jax") else None
+    if requested:
+        backend_choice.forget_choice()
     if "keras" in sys.modules:
         loaded = sys.modules["keras"].config.backend()
         if requested and loaded != requested:
@@ -247,8 +260,15 @@ def select_backend(requested):
     return backend
 
 
+def say(message):
+    """A progress line on stderr (stdout carries only the answer)."""
+    print(f"keras-gen: {message}", file=sys.stderr, flush=True)
+
+
 def load_model(model, dtype=None):
-    """A `CausalLM` from a preset name or a model folder, with clean errors."""
+    """A `CausalLM` from a preset name or a model folder, with clean errors;
+    says on stderr what it loaded and how long it took."""
+    started = time.perf_counter()
     from keras_gen import presets
 
     if model not in presets.list_presets():
@@ -260,9 +280,12 @@ def load_model(model, dtype=None):
     from keras_gen.models import CausalLM
 
     try:
-        return CausalLM.from_preset(model, dtype=dtype)
+        lm = CausalLM.from_preset(model, dtype=dtype)
     except (OSError, ValueError) as error:
         raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
+    seconds = time.perf_counter() - started
+    say(f"loaded {model} on {_backend()} in {seconds:.1f} s")
+    return lm
 
 
 def generation_options(args):
@@ -340,6 +363,13 @@ def run_generate(args):
             f"{context} tokens"
         )
     timing = {"load_seconds": time.perf_counter() - started}
+    from keras_gen import backend
+
+    cache = backend.compilation_cache_dir()
+    say(
+        "generating; a first run compiles the program"
+        + (f" (kept in {cache})" if cache else " (the compilation cache is off)")
+    )
     try:
         record = _generate(lm, prompt, options, args, timing)
     except (ValueError, TypeError) as error:
@@ -456,6 +486,8 @@ def main(argv=None):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "bench":
         args.args = [*args.args, *unknown]
+    if getattr(args, "no_compilation_cache", False):
+        os.environ["KERAS_GEN_COMPILATION_CACHE"] = "0"
     try:
         select_backend(getattr(args, "backend", None))
         return COMMANDS[args.command](args)

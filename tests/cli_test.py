@@ -388,3 +388,29 @@ def test_serve_answers_over_http(model_folder):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(30)
+
+
+@pytest.mark.only_backend("jax")
+def test_compiled_programs_persist_between_runs(tmp_path):
+    # The second process finds the first one's programs in the cache
+    # folder, and generates the same greedy tokens.
+    cache = tmp_path / "cache"
+    argv = ("generate", PROMPT, "--sampler", "greedy", "--max-new-tokens", "4",
+            "--json")
+    env = {"KERAS_BACKEND": "jax", "KERAS_GEN_COMPILATION_CACHE": str(cache)}
+    first = command(*argv, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "loaded demo on jax" in first.stderr
+    assert f"kept in {cache / 'jax'}" in first.stderr
+    entries = set(os.listdir(cache / "jax"))
+    assert entries
+    second = command(*argv, env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads(second.stdout)["tokens"] == json.loads(first.stdout)["tokens"]
+    assert set(os.listdir(cache / "jax")) == entries  # nothing compiled anew
+    off = command(*argv, "--no-compilation-cache", env={
+        "KERAS_BACKEND": "jax", "KERAS_GEN_COMPILATION_CACHE": str(tmp_path / "off")
+    })
+    assert off.returncode == 0, off.stderr[-2000:]
+    assert "the compilation cache is off" in off.stderr
+    assert not (tmp_path / "off").exists()

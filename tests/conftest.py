@@ -8,6 +8,8 @@ import os
 # a slow test checks inductor itself.
 os.environ.setdefault("KERAS_GEN_TORCH_COMPILER", "none")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Compile counts are about this process: no programs from earlier runs.
+os.environ.setdefault("KERAS_GEN_COMPILATION_CACHE", "0")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -8,8 +8,11 @@ TensorFlow or torch unless Keras runs on them.
 """
 
 import importlib
+import os
 
 import keras
+
+from keras_gen.utils import backend_choice
 
 _MODULES = {
     "jax": "keras_gen.backend.jax_backend",
@@ -32,6 +35,31 @@ if name() not in _MODULES:
     )
 # Keras fixes its backend when it is imported, so the module is chosen once.
 _impl = importlib.import_module(_MODULES[name()])
+backend_choice.announce(name())
+
+
+def compilation_cache_dir():
+    """Where compiled programs persist between processes, or `None` (off).
+
+    `KERAS_GEN_COMPILATION_CACHE`: unset, a `keras-gen/compilation` folder
+    in the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`); `0` (or
+    `off`, `false`) turns the cache off; anything else is the folder.
+    Each backend keeps its programs in a subfolder of its name.
+    """
+    setting = os.environ.get("KERAS_GEN_COMPILATION_CACHE", "")
+    if setting.lower() in ("0", "off", "false", "no"):
+        return None
+    if not setting:
+        root = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".cache"
+        )
+        setting = os.path.join(root, "keras-gen", "compilation")
+    return os.path.join(setting, name())
+
+
+# JAX: its persistent compilation cache; torch: inductor's caches;
+# TensorFlow keeps none.
+_impl.use_compilation_cache(compilation_cache_dir())
 
 
 def trace_count():

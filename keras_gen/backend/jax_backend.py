@@ -9,6 +9,18 @@ from keras_gen import backend
 
 # XLA partitions a compiled program across a `keras.distribution` mesh.
 DISTRIBUTED = True
+# The most disk the persistent compilation cache takes (oldest dropped).
+CACHE_BYTES = 2 << 30
+
+
+def use_compilation_cache(path):
+    # JAX's persistent cache, unless the user set up their own.
+    if path is None or jax.config.jax_compilation_cache_dir:
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Every program, however quick to compile: a start-up needs them all.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_BYTES)
 
 
 def compile_function(

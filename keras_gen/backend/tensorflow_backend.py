@@ -11,6 +11,11 @@ from keras_gen import backend
 DISTRIBUTED = False
 
 
+def use_compilation_cache(path):
+    # TensorFlow keeps no compiled XLA program between processes.
+    del path
+
+
 def _as_variable(x):
     return x if isinstance(x, tf.Variable) else tf.Variable(x, trainable=False)
 

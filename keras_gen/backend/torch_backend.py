@@ -22,6 +22,21 @@ DISTRIBUTED = False
 COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
 
 
+def use_compilation_cache(path):
+    # Inductor's own caches (compiled graphs, autotuning), in keras-gen's
+    # folder unless the user points them elsewhere; off with `None`.
+    if path is None:
+        torch._inductor.config.fx_graph_cache = False
+        torch._functorch.config.enable_autograd_cache = False
+        return
+    from torch._inductor.runtime import cache_dir_utils
+
+    # Importing torch may already have set it, to its default.
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or chosen == os.path.abspath(cache_dir_utils.default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+
+
 # Each model, sampler, processor chain and shape bucket compiles its own graph
 # of the shared step code; Dynamo's default limit of 8 graphs per code object
 # is too few for a process that holds a model or two.

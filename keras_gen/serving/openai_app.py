@@ -10,6 +10,7 @@ server-sent events ending with `data: [DONE]`.
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import time
 import types
@@ -564,7 +565,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app):
         if warm_up:
+            log = logging.getLogger("uvicorn.error")
+            log.info("Compiling the engine's programs before serving...")
+            begun = time.perf_counter()
             await asyncio.to_thread(engine.warm_up)
+            log.info("Compiled in %.1f s.", time.perf_counter() - begun)
         yield
         await asyncio.to_thread(engine.close)
 

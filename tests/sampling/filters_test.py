@@ -61,10 +61,11 @@ def test_rows_that_are_all_inf_stay_all_inf_without_nan():
 
 
 def test_kth_largest_without_a_sort_is_the_sorted_rows_value():
-    # Ties, -inf, signed zeros, tiny and huge spreads, k out of range.
+    # Ties, -inf, signed zeros, tiny and huge spreads, k out of range. Three
+    # shapes only: on JAX each new shape compiles the bisection loop.
     rng = np.random.default_rng(1)
     for trial in range(24):
-        vocabulary_size, rows = int(rng.integers(1, 300)), int(rng.integers(1, 4))
+        vocabulary_size, rows = [1, 7, 257][(trial // 3) % 3], 3
         scale = [1e-3, 1.0, 1e4][trial % 3]
         x = rng.normal(0, scale, (rows, vocabulary_size)).astype("float32")
         if trial % 2:

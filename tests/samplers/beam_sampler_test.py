@@ -88,20 +88,26 @@ def beam_lm(hf_model):
     return lm
 
 
-def hf_beam_search(hf_model, prompt, stop, **kwargs):
+def hf_generate(hf_model, prompt, stop, **kwargs):
+    """transformers' beam search, 3 beams and sequences, with its outputs."""
     import torch
 
-    output = hf_model.generate(
+    return hf_model.generate(
         torch.tensor([prompt]),
         num_beams=3,
         do_sample=False,
         num_return_sequences=3,
         output_scores=True,
+        output_logits=True,
         return_dict_in_generate=True,
         eos_token_id=stop,
         pad_token_id=0 if stop is None else stop,
         **kwargs,
     )
+
+
+def hf_beam_search(hf_model, prompt, stop, **kwargs):
+    output = hf_generate(hf_model, prompt, stop, **kwargs)
     sequences = []
     for row in output.sequences.tolist():
         # Cut transformers' padding after a hypothesis's stop token.
@@ -192,20 +198,7 @@ def test_ragged_batch_matches_transformers_row_by_row(
 
 def hf_transitions(hf_model, prompt, stop, **kwargs):
     """Per returned sequence: its new tokens' log-probs and raw logits."""
-    import torch
-
-    output = hf_model.generate(
-        torch.tensor([prompt]),
-        num_beams=3,
-        do_sample=False,
-        num_return_sequences=3,
-        output_scores=True,
-        output_logits=True,
-        return_dict_in_generate=True,
-        eos_token_id=stop,
-        pad_token_id=0 if stop is None else stop,
-        **kwargs,
-    )
+    output = hf_generate(hf_model, prompt, stop, **kwargs)
     transitions = hf_model.compute_transition_scores(
         output.sequences, output.scores, output.beam_indices
     ).numpy()

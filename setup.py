@@ -49,6 +49,8 @@ setup(
             *TORCH,
             "keras-hub",
             "transformers",
+            # A CPU peer of tools/benchmark.py (its smoke test runs it).
+            "ctranslate2",
         ],
     },
     entry_points={"console_scripts": ["keras-gen=keras_gen.cli:main"]},

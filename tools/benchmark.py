@@ -1,24 +1,30 @@
-"""Side-by-side generation benchmark: keras-gen, keras-hub and transformers.
+"""Side-by-side generation benchmark: keras-gen and the systems users compare it with.
 
 The reference workload is keras-nlp's compiled-generation benchmark: GPT-2
 small (vocab 50257, 12 layers, 12 heads, hidden 768), batch 2, a 32-token
 prompt, greedy, generated to `max_length=256` with no early stop. All systems
 run the same weights: random GPT-2 weights are written once as a Hugging Face
-folder (or `--model PATH` names a real one) and each system loads them. Each
-system runs in its own process (clean compile caches and peak memory), one
-after the other, in this one run.
+folder (or `--model PATH` names a real one) and each system loads them
+(CTranslate2 converts them first). Each system runs in its own worker
+process: the workers are started, loaded and warmed up one at a time (first
+calls never overlap), then timed in alternating rounds (A B C, A B C, ...),
+one timed run of each per round, and the median of the rounds is reported,
+so that a machine that slows down during the run slows every system alike.
 
     KERAS_BACKEND=jax python tools/benchmark.py
+    python tools/benchmark.py --systems keras-gen,ctranslate2,transformers
     python tools/benchmark.py --backend torch --stream --json results.json
     python tools/benchmark.py --tiny --repeats 1      # a smoke test
 
 Reported per system: first call (compile + run), time to first token,
 steady milliseconds per decode step and new tokens per second (median of
-`--repeats` runs), peak resident memory, and keras-gen's ratio to each peer.
-It also checks that every system produced the same greedy tokens.
+`--repeats` rounds), peak resident memory, and keras-gen's ratio to each
+peer. It also checks that every system produced the same greedy tokens.
+Peers whose package is not installed (`ctranslate2`) are skipped with a note.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -47,6 +53,13 @@ TINY = dict(
     max_sequence_length=128,
 )
 SYSTEMS = ("keras-gen", "keras-hub", "transformers")
+# Every system `--systems` may name; keras-gen's quantized runs come with
+# `--quantize`.
+PEERS = SYSTEMS + ("transformers-compiled", "ctranslate2", "ctranslate2-int8")
+# The Python package each peer needs.
+PACKAGES = {"keras-hub": "keras_hub", "transformers": "transformers",
+            "transformers-compiled": "transformers", "ctranslate2": "ctranslate2",
+            "ctranslate2-int8": "ctranslate2"}
 
 
 def parse_args(argv=None):
@@ -56,12 +69,12 @@ def parse_args(argv=None):
     parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "jax"),
                         choices=["jax", "tensorflow", "torch"])
     parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated, from {','.join(SYSTEMS)},transformers-compiled")
+                        help=f"comma-separated, from {','.join(PEERS)}")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt-length", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--sampler", default="greedy")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds")
     parser.add_argument("--stream", action="store_true", help="also time keras-gen's stream")
     parser.add_argument("--ttft-max-length", type=int, default=1024,
                         help="also time keras-gen's first token with this max_length")
@@ -108,20 +121,35 @@ def peak_memory_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def summarize(args, first_call, total, ttft, tokens):
+def summarize(args, ready, rounds):
+    """A system's figures: its start-up, and the medians of its rounds."""
     new_tokens = args.max_length - args.prompt_length
-    return {
-        "first_call_s": first_call,
+
+    def median(name):
+        values = [r[name] for r in rounds if name in r]
+        return statistics.median(values) if values else None
+
+    total, ttft = median("total_s"), median("ttft_s")
+    result = {
+        "first_call_s": ready["first_call_s"],
+        "load_s": ready["load_s"],
         "time_to_first_token_ms": None if ttft is None else 1000 * ttft,
         "ms_per_step": 1000 * (total - (ttft or 0)) / max(new_tokens - (ttft is not None), 1),
         "tokens_per_s": args.batch * new_tokens / total,
         "total_s": total,
-        "peak_memory_mb": peak_memory_mb(),
-        "tokens": tokens,
+        "rounds": rounds,
     }
+    if median("ttft_long_s") is not None:
+        result["time_to_first_token_long_ms"] = 1000 * median("ttft_long_s")
+        result["ttft_long_max_length"] = ready["ttft_long_max_length"]
+    if median("stream_s") is not None:
+        ratio = statistics.median(r["stream_s"] / r["total_s"] for r in rounds)
+        result["stream_tokens_per_s"] = result["tokens_per_s"] / ratio
+        result["stream_overhead"] = ratio - 1
+    return result
 
 
-def run_keras_gen(args, quantize=None):
+def keras_gen_workload(args, quantize=None):
     import keras_gen
 
     lm = keras_gen.models.CausalLM.from_pretrained(args.weights)
@@ -132,7 +160,7 @@ def run_keras_gen(args, quantize=None):
     kwargs = dict(max_length=args.max_length, stop_token_ids=None, seed=0)
 
     def generate():
-        return lm.generate(batch, **kwargs)
+        return [t[args.prompt_length:] for t in lm.generate(batch, **kwargs)]
 
     def first_token(max_length):
         stream = lm.stream(batch, max_length=max_length, stop_token_ids=None,
@@ -140,40 +168,27 @@ def run_keras_gen(args, quantize=None):
         next(stream)
         stream.close()
 
-    start = time.perf_counter()
-    tokens = generate()
-    first_call = time.perf_counter() - start
-    first_token(args.max_length)  # compiles the stream programs
-    total, tokens = timed(generate, args.repeats)
-    ttft, _ = timed(lambda: first_token(args.max_length), args.repeats)
-    result = summarize(args, first_call, total, ttft, [t[args.prompt_length:] for t in tokens])
-    if args.ttft_max_length and not quantize:
-        long = min(args.ttft_max_length, lm.backbone.max_sequence_length or args.ttft_max_length)
-        first_token(long)
-        result["time_to_first_token_long_ms"] = 1000 * timed(
-            lambda: first_token(long), args.repeats)[0]
-        result["ttft_long_max_length"] = long
-    if args.stream:
-        def stream_all():
-            for _ in lm.stream(batch, **kwargs):
-                pass
+    def stream():
+        for _ in lm.stream(batch, **kwargs):
+            pass
 
-        stream_all()
-        # Alternated with generate, so that a machine that speeds up or slows
-        # down during the run does not pass for streaming's cost.
-        pairs = [(timed(generate, 1)[0], timed(stream_all, 1)[0])
-                 for _ in range(args.repeats)]
-        ratio = statistics.median(s / g for g, s in pairs)
-        result["stream_tokens_per_s"] = result["tokens_per_s"] / ratio
-        result["stream_overhead"] = ratio - 1
-    if args.quantize:
+    def log_probs():
         # The float and quantized runs compare their greedy log-probs.
         output = lm.generate(batch, **kwargs, return_dict=True, output_log_probs=True)
-        result["log_probs"] = [row.tolist() for row in output.log_probs]
-    return result
+        return [row.tolist() for row in output.log_probs]
+
+    workload = {"generate": generate, "first_token": first_token}
+    if args.ttft_max_length and not quantize:
+        workload["long_max_length"] = min(
+            args.ttft_max_length, lm.backbone.max_sequence_length or args.ttft_max_length)
+    if args.stream:
+        workload["stream"] = stream
+    if args.quantize:
+        workload["log_probs"] = log_probs
+    return workload
 
 
-def run_keras_hub(args):
+def keras_hub_workload(args):
     import keras
     import keras_hub
     from keras_hub.src.utils.transformers import convert_gpt2
@@ -194,17 +209,13 @@ def run_keras_hub(args):
     keras.utils.set_random_seed(0)
 
     def generate():
-        return lm.generate(inputs, stop_token_ids=None)
+        outputs = lm.generate(inputs, stop_token_ids=None)
+        return np.asarray(outputs["token_ids"])[:, args.prompt_length :].tolist()
 
-    start = time.perf_counter()
-    generate()
-    first_call = time.perf_counter() - start
-    total, outputs = timed(generate, args.repeats)
-    tokens = np.asarray(outputs["token_ids"])[:, args.prompt_length :].tolist()
-    return summarize(args, first_call, total, None, tokens)
+    return {"generate": generate}
 
 
-def run_transformers(args, compiled=False):
+def transformers_workload(args, compiled=False):
     import torch
     import transformers
 
@@ -221,28 +232,92 @@ def run_transformers(args, compiled=False):
 
     def generate(n=new_tokens):
         with torch.no_grad():
-            return model.generate(batch, max_new_tokens=n, min_new_tokens=n, **kwargs)
+            outputs = model.generate(batch, max_new_tokens=n, min_new_tokens=n, **kwargs)
+        return outputs[:, args.prompt_length :].tolist()
 
+    return {"generate": generate, "first_token": lambda max_length: generate(1)}
+
+
+def ctranslate2_workload(args, quantization="float32"):
+    import ctranslate2
+
+    if args.sampler != "greedy":
+        raise ValueError("the CTranslate2 runner decodes greedily only")
+    # Converted into a folder of this process's: never into the user's model.
+    scratch = tempfile.TemporaryDirectory()
+    folder = os.path.join(scratch.name, "model")
+    ctranslate2.converters.TransformersConverter(args.weights).convert(
+        folder, quantization=quantization)
+    generator = ctranslate2.Generator(folder, device="cpu", intra_threads=os.cpu_count())
+    with open(os.path.join(args.weights, "tokenizer.json")) as file:
+        vocabulary = json.load(file)["model"]["vocab"]
+    names = {index: token for token, index in vocabulary.items()}
+    batch = [[names[t] for t in row] for row in prompts(args, len(names))]
+    new_tokens = args.max_length - args.prompt_length
+
+    def generate(n=new_tokens):
+        results = generator.generate_batch(
+            batch, max_length=n, min_length=n, sampling_topk=1, end_token=[],
+            include_prompt_in_result=False)
+        return [result.sequences_ids[0] for result in results]
+
+    return {"generate": generate, "first_token": lambda max_length: generate(1),
+            "scratch": scratch}
+
+
+WORKLOADS = {
+    "keras-gen": keras_gen_workload,
+    "keras-gen-int8": lambda a: keras_gen_workload(a, quantize="int8"),
+    "keras-gen-int8-activations": lambda a: keras_gen_workload(a, quantize="int8-activations"),
+    "keras-hub": keras_hub_workload,
+    "transformers": transformers_workload,
+    "transformers-compiled": lambda a: transformers_workload(a, compiled=True),
+    "ctranslate2": ctranslate2_workload,
+    "ctranslate2-int8": lambda a: ctranslate2_workload(a, quantization="int8"),
+}
+
+
+def send(message):
+    """A worker's answer: one line on stdout, marked (libraries print too)."""
+    print("@@" + json.dumps(message), flush=True)
+
+
+def worker(args):
+    """Load the system, run its first call and warm-ups, say it is ready;
+    then one timed run of each measurement per `round` line on stdin, and
+    its tokens (and peak memory) on `finish`."""
     start = time.perf_counter()
-    generate()
-    first_call = time.perf_counter() - start
-    generate(1)
-    total, outputs = timed(generate, args.repeats)
-    ttft, _ = timed(lambda: generate(1), args.repeats)
-    tokens = outputs[:, args.prompt_length :].tolist()
-    return summarize(args, first_call, total, ttft, tokens)
-
-
-def run_system(args):
-    runners = {
-        "keras-gen": run_keras_gen,
-        "keras-gen-int8": lambda a: run_keras_gen(a, quantize="int8"),
-        "keras-gen-int8-activations": lambda a: run_keras_gen(a, quantize="int8-activations"),
-        "keras-hub": run_keras_hub,
-        "transformers": run_transformers,
-        "transformers-compiled": lambda a: run_transformers(a, compiled=True),
-    }
-    print(json.dumps(runners[args.system](args)))
+    workload = WORKLOADS[args.system](args)
+    loaded = time.perf_counter()
+    tokens = workload["generate"]()
+    ready = {"load_s": loaded - start, "first_call_s": time.perf_counter() - loaded}
+    long = workload.get("long_max_length")
+    # Warm-ups of every measured shape: no round compiles anything.
+    if "first_token" in workload:
+        workload["first_token"](args.max_length)
+        if long:
+            workload["first_token"](long)
+            ready["ttft_long_max_length"] = long
+    if "stream" in workload:
+        workload["stream"]()
+    send(ready)
+    for command in sys.stdin:
+        if command.strip() == "round":
+            measured, tokens = timed(workload["generate"], 1)
+            result = {"total_s": measured}
+            if "first_token" in workload:
+                result["ttft_s"] = timed(lambda: workload["first_token"](args.max_length), 1)[0]
+                if long:
+                    result["ttft_long_s"] = timed(lambda: workload["first_token"](long), 1)[0]
+            if "stream" in workload:
+                result["stream_s"] = timed(workload["stream"], 1)[0]
+            send(result)
+        elif command.strip() == "finish":
+            final = {"tokens": tokens, "peak_memory_mb": peak_memory_mb()}
+            if "log_probs" in workload:
+                final["log_probs"] = workload["log_probs"]()
+            send(final)
+            return
 
 
 def write_random_weights(args, folder):
@@ -261,24 +336,93 @@ def write_random_weights(args, folder):
         if not variable.path.endswith(("gamma", "beta", "bias")):
             variable.assign(rng.normal(0, 0.05, variable.shape).astype("float32"))
     keras_gen.models.GPT2CausalLM(backbone).save_pretrained(folder)
+    write_id_tokenizer(folder, config["vocabulary_size"])
 
 
-def child(args, system, backend):
-    command = [sys.executable, os.path.abspath(__file__), "--system", system,
-               "--weights", args.weights, "--batch", str(args.batch),
-               "--prompt-length", str(args.prompt_length),
-               "--max-length", str(args.max_length), "--sampler", args.sampler,
-               "--repeats", str(args.repeats),
-               "--ttft-max-length", str(args.ttft_max_length)]
-    if args.stream:
-        command.append("--stream")
-    if args.quantize:
-        command += ["--quantize", args.quantize]
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        return {"error": result.stderr.strip().splitlines()[-1:] or ["failed"]}
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def write_id_tokenizer(folder, vocabulary_size):
+    """A tokenizer whose token `i` is the string `<i>`: CTranslate2's
+    converter reads the vocabulary from a tokenizer, and the random weights
+    have none."""
+    from tokenizers import Tokenizer
+    from tokenizers import models
+
+    vocabulary = {f"<{i}>": i for i in range(vocabulary_size)}
+    Tokenizer(models.WordLevel(vocabulary, unk_token="<0>")).save(
+        os.path.join(folder, "tokenizer.json"))
+    end = f"<{vocabulary_size - 1}>"
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as file:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": end,
+                   "eos_token": end, "unk_token": "<0>"}, file)
+
+
+class Worker:
+    """A system's worker process and its marked answers."""
+
+    def __init__(self, args, system, backend):
+        command = [sys.executable, os.path.abspath(__file__), "--system", system,
+                   "--weights", args.weights, "--batch", str(args.batch),
+                   "--prompt-length", str(args.prompt_length),
+                   "--max-length", str(args.max_length), "--sampler", args.sampler,
+                   "--ttft-max-length", str(args.ttft_max_length)]
+        if args.stream:
+            command.append("--stream")
+        if args.quantize:
+            command += ["--quantize", args.quantize]
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+               "PYTHONUNBUFFERED": "1"}
+        self.errors = tempfile.TemporaryFile("w+")
+        self.process = subprocess.Popen(
+            command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.errors, text=True)
+
+    def ask(self, command=None):
+        if command:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith("@@"):
+                return json.loads(line[2:])
+        self.process.wait()
+        self.errors.seek(0)
+        raise RuntimeError(self.errors.read().strip().splitlines()[-1:] or ["failed"])
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.errors.close()
+
+
+def run_systems(args, systems):
+    """Start each system in turn, then time them in alternating rounds."""
+    results, workers, ready = {}, {}, {}
+    try:
+        for system in systems:
+            package = PACKAGES.get(system)
+            if package and importlib.util.find_spec(package) is None:
+                results[system] = {"skipped": f"{package} is not installed"}
+                continue
+            backend = "torch" if system.startswith("transformers") else args.backend
+            runs_on = "its own runtime" if system.startswith("ctranslate2") else backend
+            print(f"starting {system} ({runs_on}) ...", file=sys.stderr, flush=True)
+            workers[system] = Worker(args, system, backend)
+            try:
+                ready[system] = workers[system].ask()
+            except RuntimeError as error:
+                results[system] = {"error": error.args[0]}
+                workers.pop(system).close()
+        rounds = {system: [] for system in workers}
+        for number in range(args.repeats):
+            print(f"round {number + 1} of {args.repeats} ...", file=sys.stderr, flush=True)
+            for system, process in workers.items():
+                rounds[system].append(process.ask("round"))
+        for system, process in workers.items():
+            results[system] = {**summarize(args, ready[system], rounds[system]),
+                               **process.ask("finish")}
+    finally:
+        for process in workers.values():
+            process.close()
+    return {system: results[system] for system in systems}
 
 
 def drift(reference, quantized):
@@ -304,8 +448,9 @@ def report(args, results):
     header = f"{'system':24} {'first call s':>12} {'TTFT ms':>9} {'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}"
     print(header)
     for name, r in results.items():
-        if "error" in r:
-            print(f"{name:24} error: {r['error']}")
+        if "error" in r or "skipped" in r:
+            print(f"{name:24} {'error' if 'error' in r else 'skipped'}: "
+                  f"{r.get('error') or r['skipped']}")
             continue
         ttft = "n/a" if r["time_to_first_token_ms"] is None else f"{r['time_to_first_token_ms']:.1f}"
         print(f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {r['ms_per_step']:8.1f} "
@@ -314,7 +459,7 @@ def report(args, results):
     if "error" in ours or not ours:
         return
     for name, r in results.items():
-        if name == "keras-gen" or "error" in r:
+        if name == "keras-gen" or "tokens" not in r:
             continue
         same = sum(a == b for a, b in zip(ours["tokens"], r["tokens"]))
         print(f"keras-gen / {name}: time per step x{ours['ms_per_step'] / r['ms_per_step']:.2f}, "
@@ -335,8 +480,11 @@ def report(args, results):
 def main(argv=None):
     args = parse_args(argv)
     if args.system:
-        return run_system(args)
+        return worker(args)
     systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(PEERS))
+    if unknown:
+        raise SystemExit(f"--systems: unknown {unknown}; choose from {','.join(PEERS)}")
     if args.quantize:
         systems.insert(1, f"keras-gen-{args.quantize}")
     with tempfile.TemporaryDirectory() as folder:
@@ -345,11 +493,7 @@ def main(argv=None):
         else:
             args.weights = folder
             write_random_weights(args, folder)
-        results = {}
-        for system in systems:
-            backend = "torch" if system.startswith("transformers") else args.backend
-            print(f"running {system} ({backend}) ...", file=sys.stderr, flush=True)
-            results[system] = child(args, system, backend)
+        results = run_systems(args, systems)
     report(args, results)
     if args.json:
         with open(args.json, "w") as file:

@@ -370,6 +370,8 @@ def test_the_model_generation_config_is_the_default(configured_lm, gpt2_backbone
     assert ours != configured_lm.generate(PROMPTS, seed=5)
 
 
+# Which option wins is host-side logic: one backend.
+@pytest.mark.only_backend("jax")
 def test_precedence(configured_lm, gpt2_backbone):
     greedy = GPT2CausalLM(gpt2_backbone).generate(PROMPTS, max_new_tokens=7)
     penalized_greedy = GPT2CausalLM(gpt2_backbone).generate(

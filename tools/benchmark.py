@@ -256,8 +256,7 @@ def ctranslate2_workload(args, quantization="float32"):
     new_tokens = args.max_length - args.prompt_length
 
     def generate(n=new_tokens):
-        # No end token, so exactly `n` new tokens (a `min_length` would
-        # make CTranslate2 mask every step's logits: 2x slower).
+        # No end token: exactly `n` new tokens.
         results = generator.generate_batch(
             batch, max_length=n, sampling_topk=1, end_token=[],
             include_prompt_in_result=False)

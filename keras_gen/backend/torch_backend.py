@@ -33,7 +33,8 @@ def use_compilation_cache(path):
 
     # Importing torch may already have set it, to its default.
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen is None or chosen == os.path.abspath(cache_dir_utils.default_cache_dir()):
+    default = os.path.abspath(cache_dir_utils.default_cache_dir())
+    if chosen is None or chosen == default:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
 
 

@@ -20,12 +20,17 @@ def python(code, tmp_path, **env):
     environment.update(PYTHONPATH=ROOT, KERAS_HOME=str(tmp_path), **env)
     return subprocess.run(
         [sys.executable, "-c", code],
-        capture_output=True, text=True, env=environment, timeout=300,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
     )
 
 
 def first_installed():
-    return next(b for b in ("jax", "torch", "tensorflow") if importlib.util.find_spec(b))
+    return next(
+        b for b in ("jax", "torch", "tensorflow") if importlib.util.find_spec(b)
+    )
 
 
 # Backend-independent (each case runs its own process): one backend.

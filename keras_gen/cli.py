@@ -52,6 +52,10 @@ FLAG_OPTIONS = {
     "no_repeat_ngram_size": int,
     "max_time": float,
 }
+BACKEND_HELP = (
+    "Keras backend (default: $KERAS_BACKEND, else keras.json's, else the "
+    "first installed of jax, torch, tensorflow)."
+)
 DEFAULT_MODEL = "demo"
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -94,8 +98,7 @@ def _add_common(parser):
         "--backend",
         choices=BACKENDS,
         default=argparse.SUPPRESS,
-        help="Keras backend (default: $KERAS_BACKEND, else keras.json's, else "
-        "the first installed of jax, torch, tensorflow).",
+        help=BACKEND_HELP,
     )
     parser.add_argument(
         "--model",
@@ -212,8 +215,7 @@ def _add_bench(commands):
         "--backend",
         choices=BACKENDS,
         default=argparse.SUPPRESS,
-        help="Keras backend (default: $KERAS_BACKEND, else keras.json's, else "
-        "the first installed of jax, torch, tensorflow).",
+        help=BACKEND_HELP,
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 

@@ -99,13 +99,11 @@ def prompts(args, vocabulary_size):
     return rng.integers(0, vocabulary_size, (args.batch, args.prompt_length)).tolist()
 
 
-def timed(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+def timed(fn):
+    """`(seconds, result)` of one call of `fn`."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
 
 
 def peak_memory_mb():
@@ -304,14 +302,14 @@ def worker(args):
     send(ready)
     for command in sys.stdin:
         if command.strip() == "round":
-            measured, tokens = timed(workload["generate"], 1)
+            measured, tokens = timed(workload["generate"])
             result = {"total_s": measured}
             if "first_token" in workload:
-                result["ttft_s"] = timed(lambda: workload["first_token"](args.max_length), 1)[0]
+                result["ttft_s"] = timed(lambda: workload["first_token"](args.max_length))[0]
                 if long:
-                    result["ttft_long_s"] = timed(lambda: workload["first_token"](long), 1)[0]
+                    result["ttft_long_s"] = timed(lambda: workload["first_token"](long))[0]
             if "stream" in workload:
-                result["stream_s"] = timed(workload["stream"], 1)[0]
+                result["stream_s"] = timed(workload["stream"])[0]
             send(result)
         elif command.strip() == "finish":
             final = {"tokens": tokens, "peak_memory_mb": peak_memory_mb()}

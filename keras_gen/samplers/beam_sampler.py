@@ -17,6 +17,13 @@ NEG = -1e9
 EARLY_STOPPING = {False: 0.0, True: 1.0, "never": 2.0}
 
 
+def where_rows(flags, x, y):
+    """Row `r` of `x` where `flags[r]`, else of `y`: `(rows,)` flags, any
+    trailing shape."""
+    flags = ops.convert_to_tensor(flags)
+    return ops.where(ops.reshape(flags, (-1,) + (1,) * (ops.ndim(x) - 1)), x, y)
+
+
 class BeamSampler(Sampler):
     """Beam search: keeps the `num_beams` most likely sequences per prompt.
 
@@ -326,8 +333,7 @@ class BeamSampler(Sampler):
         finished = best(loop["beam_finished"])
 
         def pick(hypotheses, beams):
-            flag = ops.reshape(finished, (-1,) + (1,) * (ops.ndim(beams) - 1))
-            return ops.where(flag, best(hypotheses), best(beams))
+            return where_rows(finished, best(hypotheses), best(beams))
 
         hypotheses = loop["beam_finished_outputs"]
         return {
@@ -373,16 +379,11 @@ class BeamSampler(Sampler):
         use_final, use_beam = np.repeat(done, n), np.repeat(live[:, 0], n)
 
         def pick(final_rows, beam_rows, hypothesis_rows):
-            def flag(x):
-                shape = (-1,) + (1,) * (ops.ndim(final_rows) - 1)
-                return ops.reshape(ops.convert_to_tensor(x), shape)
-
-            searching = ops.where(
-                flag(use_beam),
-                ops.take(beam_rows, first, 0),
+            searching = where_rows(
+                use_beam, ops.take(beam_rows, first, 0),
                 ops.take(hypothesis_rows, first, 0),
             )
-            return ops.where(flag(use_final), final_rows, searching)
+            return where_rows(use_final, final_rows, searching)
 
         hypotheses = loop["beam_finished_outputs"]
         view = {

@@ -19,8 +19,8 @@ import os
 import sys
 import warnings
 
-# In order of preference, with the module each backend needs.
-BACKENDS = {"jax": "jax", "torch": "torch", "tensorflow": "tensorflow"}
+# In order of preference; each is also the name of the package it needs.
+BACKENDS = ("jax", "torch", "tensorflow")
 
 # What `choose_backend` did: the backend it set and why, or nothing.
 _choice = {}
@@ -51,10 +51,9 @@ def _keras_json_backend():
 
 
 def installed(backend):
-    """Whether the package `backend` runs on can be imported."""
-    module = BACKENDS.get(backend, backend)
+    """Whether the package `backend` runs on (of its name) can be imported."""
     try:
-        return importlib.util.find_spec(module) is not None
+        return importlib.util.find_spec(backend) is not None
     except (ImportError, ValueError):
         return False
 

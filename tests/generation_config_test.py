@@ -26,6 +26,9 @@ BAD = [
     ({"temperature": -0.5}, ValueError, "temperature"),
     ({"temperature": INF}, ValueError, "temperature"),
     ({"temperature": NAN}, ValueError, "temperature"),
+    # Finite in Python, inf in the program's float32.
+    ({"temperature": 1e300}, ValueError, "float32"),
+    ({"presence_penalty": -1e39}, ValueError, "presence_penalty"),
     ({"temperature": "hot"}, TypeError, "temperature"),
     ({"top_k": -1}, ValueError, "top_k"),
     ({"top_k": 2.0}, TypeError, "top_k"),

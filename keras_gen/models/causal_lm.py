@@ -274,7 +274,8 @@ class CausalLM(keras.Model):
         # keeps prompt tokens wherever a longer row still has them.
         index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
         vocabulary_size = self.backbone.vocabulary_size
-        top = MAX_TOP_LOGPROBS
+        # There are no more alternatives than tokens.
+        top = min(MAX_TOP_LOGPROBS, vocabulary_size)
         shapes = {
             "log_probs": (batch, cache_length),
             "scores": (batch, cache_length, vocabulary_size),

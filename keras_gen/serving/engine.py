@@ -153,7 +153,10 @@ class Engine:
         self.max_queue = (
             None if max_queue is None else check_count("max_queue", max_queue)
         )
-        self.top_logprobs = check_count("top_logprobs", top_logprobs)
+        # There are no more alternatives than tokens.
+        self.top_logprobs = min(
+            check_count("top_logprobs", top_logprobs), lm.backbone.vocabulary_size
+        )
         limit = lm.backbone.max_sequence_length
         if max_length is None:
             max_length = min(limit or 2048, 2048)

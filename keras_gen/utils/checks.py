@@ -14,6 +14,8 @@ import numpy as np
 # Below this temperature, logits divided by it overflow float32: samplers
 # refuse it, and `GenerationConfig` decodes greedily instead (as vLLM).
 MIN_TEMPERATURE = 1e-5
+# The largest finite float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def is_int(value):
@@ -40,8 +42,13 @@ def check_number(name, value, low=None, high=None, low_open=False, allow_inf=())
     value = float(str(value)) if isinstance(value, np.floating) else float(value)
     if value in allow_inf:
         return value
-    if not math.isfinite(value):
-        raise ValueError(f"`{name}` must be finite. Received: {name}={value}")
+    # Numbers reach the compiled programs as float32: beyond its range a
+    # finite Python float becomes inf there.
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise ValueError(
+            f"`{name}` must be finite (within float32's +-{FLOAT32_MAX:.4g}). "
+            f"Received: {name}={value}"
+        )
     too_low = low is not None and (value <= low if low_open else value < low)
     if too_low or (high is not None and value > high):
         raise ValueError(

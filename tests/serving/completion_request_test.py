@@ -140,6 +140,7 @@ def test_prompt_forms(served):
         ({"logit_bias": {"x": 1}}, "logit_bias", 400),
         ({"logit_bias": {"100000": 1}}, "logit_bias", 400),
         ({"stop_token_ids": ["a"]}, "stop_token_ids", 400),
+        ({"temperature": 1e300}, "temperature", 400),
         ({"use_beam_search": True, "n": 2}, "use_beam_search", 400),
         ({"use_beam_search": "yes"}, "use_beam_search", 400),
     ],

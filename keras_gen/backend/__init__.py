@@ -156,10 +156,9 @@ def update_block(x, update, starts, donate=False):
 def matmul_transposed(x, y):
     """`x @ y.T`: `(..., n)` against every row of a `(m, n)` matrix `y`.
 
-    How an embedding table serves as the output head. torch computes
-    `(y @ x.T).T`, which MKL runs several times faster when `x` has a few
-    rows (GPT-2's 50257 x 768 table against two rows on 2 CPU cores: 4.6 ms
-    instead of 27 ms); XLA chooses its own layouts.
+    How an embedding table serves as the output head. torch picks the
+    product MKL runs fastest for the row count (see its module); XLA
+    chooses its own layouts.
     """
     if hasattr(_impl, "matmul_transposed"):
         return _impl.matmul_transposed(x, y)

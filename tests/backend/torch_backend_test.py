@@ -48,3 +48,23 @@ def test_a_step_dynamo_cannot_capture_runs_eagerly_with_a_warning(traces):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # decided once per program
         assert lm.generate(PROMPTS, max_new_tokens=6) == expected
+
+
+@pytest.mark.only_backend("torch")
+def test_kernels_are_laid_out_output_major_with_their_values_and_parameters():
+    import numpy as np
+
+    lm = GPT2CausalLM(tiny_gpt2_backbone())
+    kernels = [v for v in lm.variables if v.path.endswith("kernel")]
+    parameters = [v.value for v in kernels]
+    before = [np.array(v) for v in kernels]
+    expected = lm.generate(PROMPTS, max_new_tokens=4)
+    for variable, parameter, values in zip(kernels, parameters, before):
+        assert variable.value is parameter
+        assert variable.value.stride() == (1, variable.shape[0])
+        np.testing.assert_array_equal(np.array(variable), values)
+    # A later assign keeps the layout.
+    kernels[0].assign(before[0] * 2)
+    assert kernels[0].value.stride() == (1, kernels[0].shape[0])
+    kernels[0].assign(before[0])
+    assert lm.generate(PROMPTS, max_new_tokens=4) == expected

@@ -108,6 +108,18 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return _impl.while_loop(cond, body, loop_state, jit_compile=jit_compile)
 
 
+def grows_caches():
+    """Whether one program may run its loop in segments over caches of
+    growing length (each segment a loop of its own shapes).
+
+    JAX and TensorFlow compile every segment into the same XLA program.
+    torch compiles its loop step once per shape, and a first compile
+    already takes the longest part of its first call, so it keeps one
+    cache length per program.
+    """
+    return _impl.GROWS_CACHES
+
+
 def cond(pred, true_fn, false_fn, *operands):
     """`true_fn(*operands)` if the scalar bool `pred` holds, else `false_fn`.
 

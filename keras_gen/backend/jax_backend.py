@@ -9,6 +9,10 @@ from keras_gen import backend
 
 # XLA partitions a compiled program across a `keras.distribution` mesh.
 DISTRIBUTED = True
+
+# A program's loops may run over caches of growing length, all compiled
+# into the one program (see `backend.grows_caches`).
+GROWS_CACHES = True
 # The most disk the persistent compilation cache takes (oldest dropped).
 CACHE_BYTES = 2 << 30
 

@@ -10,6 +10,10 @@ from keras_gen import backend
 # A `keras.distribution` is refused: see `backend.check_distribution`.
 DISTRIBUTED = False
 
+# A program's loops may run over caches of growing length, all compiled
+# into the one program (see `backend.grows_caches`).
+GROWS_CACHES = True
+
 
 def use_compilation_cache(path):
     # TensorFlow keeps no compiled XLA program between processes.

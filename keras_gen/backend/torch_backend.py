@@ -16,6 +16,10 @@ from keras_gen import backend
 # A `keras.distribution` is refused: see `backend.check_distribution`.
 DISTRIBUTED = False
 
+# One cache length per program: each length would compile the step again
+# (see `backend.grows_caches`).
+GROWS_CACHES = False
+
 # The graph compiler behind `torch.compile`: "inductor" (the default, fast
 # code), another torch.compile backend such as "aot_eager" (quick to
 # compile), or "none" to run the loop step eagerly.

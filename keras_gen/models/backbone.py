@@ -134,6 +134,15 @@ class Backbone(keras.Model):
             state.append(cache)
         return self.final_norm(x), tuple(state)
 
+    def grow_state(self, state, cache_length):
+        """`state` with every cache padded to `cache_length` positions."""
+
+        def grow(cache):
+            extra = cache_length - ops.shape(cache)[2]
+            return ops.pad(cache, [[0, 0], [0, 0], [0, extra], [0, 0]])
+
+        return keras.tree.map_structure(grow, state)
+
     def call_with_state(self, token_ids, state, index):
         token_ids = layouts.shard_batch(token_ids)
         x = self.embed(token_ids, index)

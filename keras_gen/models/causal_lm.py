@@ -31,6 +31,9 @@ from keras_gen.utils.checks import check_count
 MAX_PROGRAMS = 16
 # The default of `num_speculative_tokens`.
 SPECULATIVE_TOKENS = 4
+# `generate` on JAX and TensorFlow decodes positions below 256 against a
+# cache of 256, then of 512, ... (see `attention_spans`).
+MIN_ATTENTION_SPAN = 256
 
 
 # Per-row counts a speculative loop keeps: `lengths` tells the host how far
@@ -68,6 +71,28 @@ def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
         check_count("num_speculative_tokens", num_speculative_tokens, allow_none=True),
         check_count("prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True),
     )
+
+
+def attention_spans(cache_length, prefill_length, sampler):
+    """The cache lengths a generate program's loop runs over, in turn.
+
+    A decode step attends over its whole cache, most of which is still
+    empty when `max_length` is long: positions below 256 are decoded
+    against a cache of 256 positions, then up to 512 against 512, and so
+    on, each a loop of its own inside the program (a fixed number per
+    cache length). None, `()`, for one loop over the whole cache: where
+    the backend keeps one cache length (torch), for speculative decoding
+    (whose rows advance apart) and for caches of at most 256 positions.
+    """
+    if not backend.grows_caches() or hasattr(sampler, "lookahead"):
+        return ()
+    spans = []
+    span = MIN_ATTENTION_SPAN
+    while span < cache_length:
+        if span >= prefill_length:
+            spans.append(span)
+        span *= 2
+    return (*spans, cache_length) if spans else ()
 
 
 def program_outputs(loop, finished):
@@ -259,8 +284,20 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def _start_loop(self, inputs, prefill_length, outputs, processors=(), sampler=None):
-        """Seed the cache from the prompt; the loop state before step one."""
+    def _start_loop(
+        self,
+        inputs,
+        prefill_length,
+        outputs,
+        processors=(),
+        sampler=None,
+        attention_span=None,
+    ):
+        """Seed the cache from the prompt; the loop state before step one.
+
+        The cache holds `attention_span` positions, by default all of
+        them.
+        """
         sampler = sampler or self._defaults(None, processors)[0]
         token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
         batch, cache_length = ops.shape(token_ids)
@@ -268,7 +305,8 @@ class CausalLM(keras.Model):
             token_ids[:, :prefill_length],
             mask[:, :prefill_length],
             # Speculative decoding verifies a few positions past the end.
-            cache_length=cache_length + getattr(sampler, "lookahead", 0),
+            cache_length=attention_span
+            or cache_length + getattr(sampler, "lookahead", 0),
         )
         # Rows are aligned left: the loop starts at the shortest prompt and
         # keeps prompt tokens wherever a longer row still has them.
@@ -342,13 +380,28 @@ class CausalLM(keras.Model):
                 jit_compile=False,
             )
 
-    def _run_loop(self, loop, processors=(), sampler=None):
-        """Run the sampler loop until it ends or reaches `loop["until"]`."""
+    def _run_loop(self, loop, processors=(), sampler=None, attention_spans=()):
+        """Run the sampler loop until it ends or reaches `loop["until"]`.
+
+        With `attention_spans`, one loop per span in turn, each over a
+        cache grown to that span, up to the positions it holds.
+        """
         sampler = sampler or self._defaults(None, processors)[0]
         with sampler.bind(loop["parameters"]), sampler.use_processors(
             processors, loop["processor_parameters"]
         ):
-            return sampler.run(self.next, loop)
+            if not attention_spans:
+                return sampler.run(self.next, loop)
+            until = loop["until"]
+            for span in attention_spans:
+                # A step at `index` writes and attends from `index - 1`.
+                loop = {
+                    **loop,
+                    "state": self.backbone.grow_state(loop["state"], span),
+                    "until": ops.minimum(until, span + 1),
+                }
+                loop = sampler.run(self.next, loop)
+            return {**loop, "until": until}
 
     def generate_step(
         self, inputs, prefill_length, outputs=(), processors=(), sampler=None
@@ -380,8 +433,13 @@ class CausalLM(keras.Model):
             `accepted_tokens` and `draft_tokens`, `(batch,)` each.
         """
         sampler = sampler or self._defaults(None, processors)[0]
-        loop = self._start_loop(inputs, prefill_length, outputs, processors, sampler)
-        loop = self._run_loop(loop, processors, sampler)
+        spans = attention_spans(
+            ops.shape(inputs["token_ids"])[1], prefill_length, sampler
+        )
+        loop = self._start_loop(
+            inputs, prefill_length, outputs, processors, sampler, spans[:1] and spans[0]
+        )
+        loop = self._run_loop(loop, processors, sampler, spans)
         return program_outputs(loop, sampler.finish(loop))
 
     def make_generate_function(self, processors=None, sampler=None):

@@ -8,6 +8,7 @@ from keras_gen import processors
 from keras_gen import samplers
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
+from keras_gen.models import causal_lm as causal_lm_lib
 from tests.conftest import tiny_gpt2_backbone
 from tests.models.gpt2 import numpy_gpt2
 
@@ -558,3 +559,39 @@ def test_threads_sharing_a_program_each_get_their_own_numbers(gpt2_backbone):
     assert not errors, errors
     assert results["cold"] == [greedy] * 3
     assert any(rows != greedy for rows in results["hot"])
+
+
+@pytest.mark.parametrize(
+    "sampler, outputs",
+    [
+        ("greedy", ("log_probs", "scores")),
+        (samplers.TopKSampler(k=5), ("hidden_states",)),
+        (samplers.BeamSampler(num_beams=2), ("log_probs",)),
+        (samplers.ContrastiveSampler(k=3), ()),
+    ],
+)
+def test_a_long_cache_decodes_in_growing_spans_with_the_same_results(
+    monkeypatch, sampler, outputs, traces
+):
+    lm = GPT2CausalLM(tiny_gpt2_backbone(max_sequence_length=1024))
+    # Ragged prompts generated to 600: a cache of 1024, decoded in spans
+    # of 256 and 512, then the rest.
+    prompts = [[5] * 40, [3, 9] * 60]
+    options = dict(
+        max_length=600, stop_token_ids=None, seed=3, sampler=sampler,
+        return_dict=True, **{f"output_{name}": True for name in outputs},
+    )
+    spans = causal_lm_lib.attention_spans(1024, 128, lm.sampler)
+    assert spans == (() if keras.config.backend() == "torch" else (256, 512, 1024))
+    if spans:  # a prompt beyond a span starts at the next
+        assert causal_lm_lib.attention_spans(1024, 512, lm.sampler) == (512, 1024)
+    assert causal_lm_lib.attention_spans(256, 32, lm.sampler) == ()
+    grown = lm.generate(prompts, **options)
+    assert traces() == 1
+    monkeypatch.setattr(causal_lm_lib, "MIN_ATTENTION_SPAN", 4096)
+    lm.clear_programs()
+    whole = lm.generate(prompts, **options)
+    assert grown.token_ids == whole.token_ids
+    for name in outputs:
+        for a, b in zip(getattr(grown, name), getattr(whole, name)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

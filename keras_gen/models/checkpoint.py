@@ -159,12 +159,11 @@ class WeightReader:
 
     Use as a context manager. `load(variable, name, transpose)` copies one
     weight into a Keras variable after checking its shape; the arrays stay
-    in the mapped files until then.
+    in the files until then.
     """
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self.handles = {}
         self.names = {}
         # Names read so far: the rest are unused.
         self.read = set()
@@ -175,9 +174,7 @@ class WeightReader:
                     f"{WEIGHTS_INDEX_FILE} lists {file_name}, which is not in "
                     f"{self.path!r}."
                 )
-            handle = self._open(file_path)
-            self.handles[file_path] = handle
-            for name in handle.keys():
+            for name in self._open(file_path).keys():
                 if name in self.names:
                     raise ValueError(
                         f"Weight {name!r} is in both {self.names[name]} and "
@@ -200,7 +197,7 @@ class WeightReader:
         return self
 
     def __exit__(self, *exc_info):
-        self.handles.clear()
+        pass
 
     def __contains__(self, name):
         return name in self.names
@@ -212,8 +209,11 @@ class WeightReader:
                 f"The checkpoint in {self.path!r} has no weight {name!r}."
             )
         file_path = self.names[name]
+        # A file stays mapped only while one of its weights is read: mapped
+        # pages count as the process's memory (a whole checkpoint's worth
+        # at the end of a load otherwise).
         try:
-            return self.handles[file_path].get_tensor(name)
+            return self._open(file_path).get_tensor(name)
         except (safetensors.SafetensorError, OSError, ValueError) as error:
             raise ValueError(
                 f"Could not read weight {name!r} from {file_path} (truncated "

@@ -5,14 +5,16 @@ small (vocab 50257, 12 layers, 12 heads, hidden 768), batch 2, a 32-token
 prompt, greedy, generated to `max_length=256` with no early stop. All systems
 run the same weights: random GPT-2 weights are written once as a Hugging Face
 folder (or `--model PATH` names a real one) and each system loads them
-(CTranslate2 converts them first). Each system runs in its own worker
+(CTranslate2 converts them first; llama.cpp gets them as a GGUF file). Each system runs in its own worker
 process: the workers are started, loaded and warmed up one at a time (first
 calls never overlap), then timed in alternating rounds (A B C, A B C, ...),
 one timed run of each per round, and the median of the rounds is reported,
 so that a machine that slows down during the run slows every system alike.
 
     KERAS_BACKEND=jax python tools/benchmark.py
-    python tools/benchmark.py --systems keras-gen,ctranslate2,transformers
+    python tools/benchmark.py --systems keras-gen,ctranslate2,llama.cpp,llama.cpp-q8_0
+    python tools/benchmark.py --batch 1 --prompt-length 512 --max-length 1024 \
+        --systems keras-gen,llama.cpp     # prefill: time to first token
     python tools/benchmark.py --backend torch --stream --json results.json
     python tools/benchmark.py --tiny --repeats 1      # a smoke test
 
@@ -20,7 +22,8 @@ Reported per system: first call (compile + run), time to first token,
 steady milliseconds per decode step and new tokens per second (median of
 `--repeats` rounds), peak resident memory, and keras-gen's ratio to each
 peer. It also checks that every system produced the same greedy tokens.
-Peers whose package is not installed (`ctranslate2`) are skipped with a note.
+Peers whose packages are not installed (`ctranslate2`; `llama-cpp-python`
+and `gguf` for llama.cpp) are skipped with a note.
 """
 
 import argparse
@@ -55,11 +58,13 @@ TINY = dict(
 SYSTEMS = ("keras-gen", "keras-hub", "transformers")
 # Every system `--systems` may name; keras-gen's quantized runs come with
 # `--quantize`.
-PEERS = SYSTEMS + ("transformers-compiled", "ctranslate2", "ctranslate2-int8")
-# The Python package each peer needs.
+PEERS = SYSTEMS + ("transformers-compiled", "ctranslate2", "ctranslate2-int8",
+                   "llama.cpp", "llama.cpp-q8_0")
+# The Python packages each peer needs.
 PACKAGES = {"keras-hub": "keras_hub", "transformers": "transformers",
             "transformers-compiled": "transformers", "ctranslate2": "ctranslate2",
-            "ctranslate2-int8": "ctranslate2"}
+            "ctranslate2-int8": "ctranslate2", "llama.cpp": "llama_cpp gguf",
+            "llama.cpp-q8_0": "llama_cpp gguf"}
 
 
 def parse_args(argv=None):
@@ -132,6 +137,8 @@ def summarize(args, ready, rounds):
         "first_call_s": ready["first_call_s"],
         "load_s": ready["load_s"],
         "time_to_first_token_ms": None if ttft is None else 1000 * ttft,
+        # Prefill throughput: the prompts' tokens over the first token's time.
+        "prompt_tokens_per_s": None if ttft is None else args.batch * args.prompt_length / ttft,
         "ms_per_step": 1000 * (total - (ttft or 0)) / max(new_tokens - (ttft is not None), 1),
         "tokens_per_s": args.batch * new_tokens / total,
         "total_s": total,
@@ -264,6 +271,107 @@ def ctranslate2_workload(args, quantization="float32"):
             "scratch": scratch}
 
 
+def write_gguf(weights, path, quantization):
+    """The Hugging Face GPT-2 folder `weights` as a llama.cpp GGUF file:
+    float32 tensors, or `q8_0` matrices. No tokenizer (token ids go in)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(weights, "config.json")) as file:
+        config = json.load(file)
+    tensors = load_file(os.path.join(weights, "model.safetensors"))
+    writer = gguf.GGUFWriter(path, "gpt2")
+    writer.add_context_length(config["n_positions"])
+    writer.add_embedding_length(config["n_embd"])
+    writer.add_feed_forward_length(config.get("n_inner") or 4 * config["n_embd"])
+    writer.add_block_count(config["n_layer"])
+    writer.add_head_count(config["n_head"])
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+    writer.add_tokenizer_model("none")
+    writer.add_vocab_size(config["vocab_size"])
+    names = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm",
+             "ln_1": "attn_norm", "ln_2": "ffn_norm", "attn.c_attn": "attn_qkv",
+             "attn.c_proj": "attn_output", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    for name, value in tensors.items():
+        parts = name.removeprefix("transformer.").split(".")
+        if parts[0] == "h":  # h.{i}.{module}.{weight|bias}
+            target = f"blk.{parts[1]}.{names['.'.join(parts[2:-1])]}.{parts[-1]}"
+        elif parts[0] in names:
+            target = f"{names[parts[0]]}.{parts[-1]}"
+        else:
+            continue  # attention masks of older checkpoints
+        value = value.astype("float32")
+        if parts[0] == "h" and parts[-1] == "weight" and value.ndim == 2:
+            value = value.T.copy()  # Conv1D (in, out) to ggml's (out, in) rows
+        if quantization == "q8_0" and value.ndim == 2:
+            writer.add_tensor(target, gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(target, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def llama_cpp_workload(args, quantization="f32"):
+    """llama.cpp through llama-cpp-python's C API: every row of the batch
+    is a sequence of one `llama_batch`, so rows decode together."""
+    import llama_cpp as llama
+
+    if args.sampler != "greedy":
+        raise ValueError("the llama.cpp runner decodes greedily only")
+    scratch = tempfile.TemporaryDirectory()
+    path = os.path.join(scratch.name, "model.gguf")
+    write_gguf(args.weights, path, quantization)
+    llama.llama_backend_init()
+    model_params = llama.llama_model_default_params()
+    model_params.n_gpu_layers = 0
+    model = llama.llama_model_load_from_file(path.encode(), model_params)
+    with open(os.path.join(args.weights, "config.json")) as file:
+        vocabulary_size = json.load(file)["vocab_size"]
+    batch = prompts(args, vocabulary_size)
+    rows = len(batch)
+    context_params = llama.llama_context_default_params()
+    context_params.n_ctx = context_params.n_batch = context_params.n_ubatch = (
+        rows * args.max_length)
+    context_params.n_seq_max = rows
+    context_params.n_threads = context_params.n_threads_batch = os.cpu_count()
+    context = llama.llama_init_from_model(model, context_params)
+    memory = llama.llama_get_memory(context)
+    request = llama.llama_batch_init(rows * args.prompt_length, 0, rows)
+
+    def decode(row_tokens, position):
+        """Run each row's tokens from `position`; the greedy next token of each."""
+        n, last = 0, []
+        for row, ids in enumerate(row_tokens):
+            for offset, token in enumerate(ids):
+                request.token[n], request.pos[n] = token, position + offset
+                request.n_seq_id[n], request.seq_id[n][0] = 1, row
+                request.logits[n] = offset == len(ids) - 1
+                n += 1
+            last.append(n - 1)
+        request.n_tokens = n
+        if llama.llama_decode(context, request) != 0:
+            raise RuntimeError("llama_decode failed")
+        return [int(np.argmax(np.ctypeslib.as_array(
+            llama.llama_get_logits_ith(context, i), shape=(vocabulary_size,))))
+            for i in last]
+
+    def generate(n=args.max_length - args.prompt_length):
+        llama.llama_memory_clear(memory, True)
+        next_tokens = decode(batch, 0)
+        outputs = [[t] for t in next_tokens]
+        for step in range(1, n):
+            next_tokens = decode([[t] for t in next_tokens], args.prompt_length + step - 1)
+            for row, token in zip(outputs, next_tokens):
+                row.append(token)
+        return outputs
+
+    return {"generate": generate, "first_token": lambda max_length: generate(1),
+            "scratch": scratch, "model": model, "context": context}
+
+
 WORKLOADS = {
     "keras-gen": keras_gen_workload,
     "keras-gen-int8": lambda a: keras_gen_workload(a, quantize="int8"),
@@ -273,6 +381,8 @@ WORKLOADS = {
     "transformers-compiled": lambda a: transformers_workload(a, compiled=True),
     "ctranslate2": ctranslate2_workload,
     "ctranslate2-int8": lambda a: ctranslate2_workload(a, quantization="int8"),
+    "llama.cpp": llama_cpp_workload,
+    "llama.cpp-q8_0": lambda a: llama_cpp_workload(a, quantization="q8_0"),
 }
 
 
@@ -397,12 +507,13 @@ def run_systems(args, systems):
     results, workers, ready = {}, {}, {}
     try:
         for system in systems:
-            package = PACKAGES.get(system)
-            if package and importlib.util.find_spec(package) is None:
-                results[system] = {"skipped": f"{package} is not installed"}
+            missing = [package for package in PACKAGES.get(system, "").split()
+                       if importlib.util.find_spec(package) is None]
+            if missing:
+                results[system] = {"skipped": f"{' and '.join(missing)} not installed"}
                 continue
             backend = "torch" if system.startswith("transformers") else args.backend
-            runs_on = "its own runtime" if system.startswith("ctranslate2") else backend
+            runs_on = "its own runtime" if system.startswith(("ctranslate2", "llama.cpp")) else backend
             print(f"starting {system} ({runs_on}) ...", file=sys.stderr, flush=True)
             workers[system] = Worker(args, system, backend)
             try:
@@ -444,15 +555,19 @@ def drift(reference, quantized):
 def report(args, results):
     print(f"\nbackend={args.backend} batch={args.batch} prompt={args.prompt_length} "
           f"max_length={args.max_length} sampler={args.sampler} repeats={args.repeats}")
-    header = f"{'system':24} {'first call s':>12} {'TTFT ms':>9} {'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}"
+    header = (f"{'system':24} {'first call s':>12} {'TTFT ms':>9} {'prompt tok/s':>12} "
+              f"{'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}")
     print(header)
     for name, r in results.items():
         if "error" in r or "skipped" in r:
             print(f"{name:24} {'error' if 'error' in r else 'skipped'}: "
                   f"{r.get('error') or r['skipped']}")
             continue
-        ttft = "n/a" if r["time_to_first_token_ms"] is None else f"{r['time_to_first_token_ms']:.1f}"
-        print(f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {r['ms_per_step']:8.1f} "
+        ttft, prefill = "n/a", "n/a"
+        if r["time_to_first_token_ms"] is not None:
+            ttft = f"{r['time_to_first_token_ms']:.1f}"
+            prefill = f"{r['prompt_tokens_per_s']:.0f}"
+        print(f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {prefill:>12} {r['ms_per_step']:8.1f} "
               f"{r['tokens_per_s']:9.1f} {r['peak_memory_mb']:8.0f}")
     ours = results.get("keras-gen", {})
     if "error" in ours or not ours:

@@ -16,7 +16,7 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
         sys.executable, str(ROOT / "tools" / "benchmark.py"), "--tiny",
         "--repeats", "2", "--max-length", "48", "--ttft-max-length", "96",
         "--stream", "--quantize", "int8",
-        "--systems", "keras-gen,keras-hub,transformers,ctranslate2",
+        "--systems", "keras-gen,keras-hub,transformers,ctranslate2,llama.cpp",
         "--json", str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -31,9 +31,14 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     # Timed in alternating rounds, one run of each system per round.
     assert all(len(results[name]["rounds"]) == 2 for name in results if "rounds" in results[name])
     if "skipped" in results["ctranslate2"]:
-        assert "ctranslate2: skipped: ctranslate2 is not installed" in result.stdout
+        assert "ctranslate2: skipped: ctranslate2 not installed" in result.stdout
     else:
         assert results["ctranslate2"]["tokens"] == ours["tokens"]
+    if "skipped" in results["llama.cpp"]:
+        assert "llama.cpp: skipped: " in result.stdout
+    else:
+        assert results["llama.cpp"]["tokens"] == ours["tokens"]
+    assert ours["prompt_tokens_per_s"] > 0
     assert "stream_overhead" in ours and "time_to_first_token_long_ms" in ours
     assert "keras-gen / keras-hub" in result.stdout
     assert len(results["keras-gen-int8"]["log_probs"]) == len(ours["tokens"])

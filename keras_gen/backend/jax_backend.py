@@ -13,6 +13,7 @@ DISTRIBUTED = True
 # A program's loops may run over caches of growing length, all compiled
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
+
 # The most disk the persistent compilation cache takes (oldest dropped).
 CACHE_BYTES = 2 << 30
 

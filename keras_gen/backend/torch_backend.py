@@ -75,9 +75,9 @@ def _lay_out_kernels(variables):
     # A decode step multiplies a few rows by every kernel. MKL reads a
     # kernel fastest when each output's weights are contiguous: Keras'
     # `(in, out)` kernels are kept as the transposed view of `(out, in)`
-    # memory (GPT-2 small's kernels against two rows on 2 cores: ~1.8x
-    # faster). Same Parameter objects, shapes and values; later `assign`s
-    # copy into this memory.
+    # memory (GPT-2 small, two rows, 2 cores: 51.2 -> 41.8 ms per step).
+    # Same Parameter objects, shapes and values; later `assign`s copy into
+    # this memory.
     for variable in variables:
         value = variable.value
         if (

@@ -80,9 +80,9 @@ def attention_spans(cache_length, prefill_length, sampler):
     empty when `max_length` is long: positions below 256 are decoded
     against a cache of 256 positions, then up to 512 against 512, and so
     on, each a loop of its own inside the program (a fixed number per
-    cache length). None, `()`, for one loop over the whole cache: where
-    the backend keeps one cache length (torch), for speculative decoding
-    (whose rows advance apart) and for caches of at most 256 positions.
+    cache length). `()`, one loop over the whole cache, where the backend
+    keeps one cache length (torch), for speculative decoding (whose rows
+    advance apart) and for caches of at most 256 positions.
     """
     if not backend.grows_caches() or hasattr(sampler, "lookahead"):
         return ()
@@ -436,8 +436,9 @@ class CausalLM(keras.Model):
         spans = attention_spans(
             ops.shape(inputs["token_ids"])[1], prefill_length, sampler
         )
+        first_span = spans[0] if spans else None
         loop = self._start_loop(
-            inputs, prefill_length, outputs, processors, sampler, spans[:1] and spans[0]
+            inputs, prefill_length, outputs, processors, sampler, first_span
         )
         loop = self._run_loop(loop, processors, sampler, spans)
         return program_outputs(loop, sampler.finish(loop))

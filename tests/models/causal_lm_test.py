@@ -587,7 +587,8 @@ def test_a_long_cache_decodes_in_growing_spans_with_the_same_results(
         assert causal_lm_lib.attention_spans(1024, 512, lm.sampler) == (512, 1024)
     assert causal_lm_lib.attention_spans(256, 32, lm.sampler) == ()
     grown = lm.generate(prompts, **options)
-    assert traces() == 1
+    if spans:  # every span's loop in the one program
+        assert traces() == 1
     monkeypatch.setattr(causal_lm_lib, "MIN_ATTENTION_SPAN", 4096)
     lm.clear_programs()
     whole = lm.generate(prompts, **options)

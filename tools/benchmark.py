@@ -16,6 +16,7 @@ so that a machine that slows down during the run slows every system alike.
     python tools/benchmark.py --batch 1 --prompt-length 512 --max-length 1024 \
         --systems keras-gen,llama.cpp     # prefill: time to first token
     python tools/benchmark.py --backend torch --stream --json results.json
+    python tools/benchmark.py --systems keras-gen,keras-gen-torch  # two backends
     python tools/benchmark.py --tiny --repeats 1      # a smoke test
 
 Reported per system: first call (compile + run), time to first token,
@@ -58,8 +59,10 @@ TINY = dict(
 SYSTEMS = ("keras-gen", "keras-hub", "transformers")
 # Every system `--systems` may name; keras-gen's quantized runs come with
 # `--quantize`.
+# keras-gen on a backend other than `--backend`, side by side with it.
+BACKEND_SYSTEMS = {f"keras-gen-{name}": name for name in ("jax", "tensorflow", "torch")}
 PEERS = SYSTEMS + ("transformers-compiled", "ctranslate2", "ctranslate2-int8",
-                   "llama.cpp", "llama.cpp-q8_0")
+                   "llama.cpp", "llama.cpp-q8_0", *BACKEND_SYSTEMS)
 # The Python packages each peer needs.
 PACKAGES = {"keras-hub": "keras_hub", "transformers": "transformers",
             "transformers-compiled": "transformers", "ctranslate2": "ctranslate2",
@@ -336,6 +339,11 @@ def llama_cpp_workload(args, quantization="f32"):
     context_params.n_ctx = context_params.n_batch = context_params.n_ubatch = (
         rows * args.max_length)
     context_params.n_seq_max = rows
+    if quantization == "f32":
+        # By default llama.cpp keeps float16 keys and values, and its CPU
+        # flash attention computes in float16: float32 throughout instead.
+        context_params.type_k = context_params.type_v = llama.GGML_TYPE_F32
+        context_params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
     context_params.n_threads = context_params.n_threads_batch = os.cpu_count()
     context = llama.llama_init_from_model(model, context_params)
     memory = llama.llama_get_memory(context)
@@ -381,6 +389,7 @@ WORKLOADS = {
     "transformers-compiled": lambda a: transformers_workload(a, compiled=True),
     "ctranslate2": ctranslate2_workload,
     "ctranslate2-int8": lambda a: ctranslate2_workload(a, quantization="int8"),
+    **{name: keras_gen_workload for name in BACKEND_SYSTEMS},
     "llama.cpp": llama_cpp_workload,
     "llama.cpp-q8_0": lambda a: llama_cpp_workload(a, quantization="q8_0"),
 }
@@ -512,7 +521,8 @@ def run_systems(args, systems):
             if missing:
                 results[system] = {"skipped": f"{' and '.join(missing)} not installed"}
                 continue
-            backend = "torch" if system.startswith("transformers") else args.backend
+            backend = BACKEND_SYSTEMS.get(system) or (
+                "torch" if system.startswith("transformers") else args.backend)
             runs_on = "its own runtime" if system.startswith(("ctranslate2", "llama.cpp")) else backend
             print(f"starting {system} ({runs_on}) ...", file=sys.stderr, flush=True)
             workers[system] = Worker(args, system, backend)

@@ -5,8 +5,8 @@ small (vocab 50257, 12 layers, 12 heads, hidden 768), batch 2, a 32-token
 prompt, greedy, generated to `max_length=256` with no early stop. All systems
 run the same weights: random GPT-2 weights are written once as a Hugging Face
 folder (or `--model PATH` names a real one) and each system loads them
-(CTranslate2 converts them first; llama.cpp gets them as a GGUF file). Each system runs in its own worker
-process: the workers are started, loaded and warmed up one at a time (first
+(CTranslate2 converts them first; llama.cpp gets them as a GGUF file).
+Each system runs in its own worker process: the workers are started, loaded and warmed up one at a time (first
 calls never overlap), then timed in alternating rounds (A B C, A B C, ...),
 one timed run of each per round, and the median of the rounds is reported,
 so that a machine that slows down during the run slows every system alike.
@@ -297,12 +297,12 @@ def write_gguf(weights, path, quantization):
              "attn.c_proj": "attn_output", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
     for name, value in tensors.items():
         parts = name.removeprefix("transformer.").split(".")
-        if parts[0] == "h":  # h.{i}.{module}.{weight|bias}
-            target = f"blk.{parts[1]}.{names['.'.join(parts[2:-1])]}.{parts[-1]}"
-        elif parts[0] in names:
-            target = f"{names[parts[0]]}.{parts[-1]}"
-        else:
-            continue  # attention masks of older checkpoints
+        # h.{i}.{module}.{weight|bias}, or {module}.{weight|bias}
+        block, module = (parts[1], ".".join(parts[2:-1])) if parts[0] == "h" else (None, parts[0])
+        if module not in names:
+            continue  # attention masks of older checkpoints, lm_head (tied)
+        target = f"{names[module]}.{parts[-1]}"
+        target = target if block is None else f"blk.{block}.{target}"
         value = value.astype("float32")
         if parts[0] == "h" and parts[-1] == "weight" and value.ndim == 2:
             value = value.T.copy()  # Conv1D (in, out) to ggml's (out, in) rows
@@ -331,6 +331,8 @@ def llama_cpp_workload(args, quantization="f32"):
     model_params = llama.llama_model_default_params()
     model_params.n_gpu_layers = 0
     model = llama.llama_model_load_from_file(path.encode(), model_params)
+    if not model:
+        raise RuntimeError("llama.cpp could not load the GGUF file")
     with open(os.path.join(args.weights, "config.json")) as file:
         vocabulary_size = json.load(file)["vocab_size"]
     batch = prompts(args, vocabulary_size)
@@ -346,6 +348,8 @@ def llama_cpp_workload(args, quantization="f32"):
         context_params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
     context_params.n_threads = context_params.n_threads_batch = os.cpu_count()
     context = llama.llama_init_from_model(model, context_params)
+    if not context:
+        raise RuntimeError("llama.cpp could not make a context")
     memory = llama.llama_get_memory(context)
     request = llama.llama_batch_init(rows * args.prompt_length, 0, rows)
 

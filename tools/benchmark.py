@@ -380,6 +380,7 @@ def llama_cpp_workload(args, quantization="f32"):
                 row.append(token)
         return outputs
 
+    # The GGUF file's folder and llama.cpp's handles live as long as the workload.
     return {"generate": generate, "first_token": lambda max_length: generate(1),
             "scratch": scratch, "model": model, "context": context}
 

@@ -21,6 +21,14 @@ class CachedAttention(keras.layers.Layer):
     each key/value head between `num_query_heads // num_key_value_heads`
     query heads.
 
+    Args:
+        sliding_window: `None` or int, how many recent positions each token
+            attends to (itself included).
+        scale: `None` (`1 / sqrt(head_dim)`) or float, the factor of the
+            query-key scores.
+        logit_softcap: `None` or float `c`: scores become
+            `c * tanh(scores / c)` before the softmax (Gemma 2).
+
     Call arguments:
         query: `(batch, num_query_heads, length, head_dim)`.
         key: `(batch, num_key_value_heads, length, head_dim)`.
@@ -46,9 +54,11 @@ class CachedAttention(keras.layers.Layer):
     (1, 2, 3, 4)
     """
 
-    def __init__(self, sliding_window=None, **kwargs):
+    def __init__(self, sliding_window=None, scale=None, logit_softcap=None, **kwargs):
         super().__init__(**kwargs)
         self.sliding_window = sliding_window
+        self.scale = scale
+        self.logit_softcap = logit_softcap
         # No weights: built from the start, so a model quantizes before its
         # first call.
         self.built = True
@@ -95,7 +105,10 @@ class CachedAttention(keras.layers.Layer):
             query, (batch, num_key_value_heads, groups * query_length, head_dim)
         )
         scores = ops.matmul(query, ops.swapaxes(keys, -1, -2))
-        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(head_dim))
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(head_dim)
+        scores = ops.cast(scores, "float32") * scale
+        if self.logit_softcap is not None:
+            scores = ops.tanh(scores / self.logit_softcap) * self.logit_softcap
         # (query_length, key_length), or (batch, query_length, key_length)
         # with per-row positions: broadcast over (batch, kv_heads).
         if len(ops.shape(allowed)) == 2:
@@ -111,5 +124,11 @@ class CachedAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"sliding_window": self.sliding_window})
+        config.update(
+            {
+                "sliding_window": self.sliding_window,
+                "scale": self.scale,
+                "logit_softcap": self.logit_softcap,
+            }
+        )
         return config

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE) with Llama 3 and linear scaling."""
+"""Rotary position embedding (RoPE) with Llama 3, linear and LongRoPE scaling."""
 
 import math
 
@@ -33,10 +33,29 @@ def _linear_frequencies(inverse_frequencies, factor):
     return (inverse_frequencies / factor).astype("float32")
 
 
+def _longrope_frequencies(inverse_frequencies, short_factor, long_factor,
+                          original_max_position_embeddings):
+    # Phi-3's LongRoPE: one divisor per frequency, a short set for
+    # sequences up to the pretraining length and a long set beyond it.
+    for name, factors in (("short_factor", short_factor), ("long_factor", long_factor)):
+        if len(factors) != len(inverse_frequencies):
+            raise ValueError(
+                f"`scaling['{name}']` needs {len(inverse_frequencies)} values "
+                f"(head_dim / 2). Received: {len(factors)}"
+            )
+    short = inverse_frequencies / np.asarray(short_factor, "float32")
+    long = inverse_frequencies / np.asarray(long_factor, "float32")
+    return short.astype("float32"), long.astype("float32")
+
+
 # `rope_scaling["rope_type"]` -> (function of the base frequencies, the
 # scaling keys it takes). `None` is plain RoPE.
 SCALINGS = {
     "linear": (_linear_frequencies, ("factor",)),
+    "longrope": (
+        _longrope_frequencies,
+        ("short_factor", "long_factor", "original_max_position_embeddings"),
+    ),
     "llama3": (
         _llama3_frequencies,
         (
@@ -49,6 +68,7 @@ SCALINGS = {
 }
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class RotaryEmbedding(keras.layers.Layer):
     """Rotate query or key vectors by angles proportional to their position.
 
@@ -61,8 +81,14 @@ class RotaryEmbedding(keras.layers.Layer):
         head_dim: int, the (even) size of each head.
         max_wavelength: float, the RoPE base (`rope_theta`).
         scaling: `None` or a dict with a `"rope_type"` of `"linear"` (key
-            `factor`) or `"llama3"` (keys `factor`, `low_freq_factor`,
-            `high_freq_factor`, `original_max_position_embeddings`).
+            `factor`), `"llama3"` (keys `factor`, `low_freq_factor`,
+            `high_freq_factor`, `original_max_position_embeddings`) or
+            `"longrope"` (keys `short_factor`, `long_factor`,
+            `original_max_position_embeddings`, optionally
+            `attention_factor`). LongRoPE rotates with the long factors
+            when a call reaches past `original_max_position_embeddings`
+            (as transformers does, per forward pass) and scales cos and sin
+            by `attention_factor`.
 
     Call arguments:
         x: `(batch, heads, length, head_dim)`.
@@ -103,9 +129,18 @@ class RotaryEmbedding(keras.layers.Layer):
                     f"Received: {self.scaling}"
                 )
             frequencies = function(frequencies, *(self.scaling[k] for k in keys))
-        # A constant, not a weight: nothing to load or train. Kept as Python
-        # floats (exact float32 values) so every backend's compiler reads it
-        # as a constant; torch.compile cannot trace a numpy array.
+        # Constants, not weights: nothing to load or train. Kept as Python
+        # floats (exact float32 values) so every backend's compiler reads
+        # them as constants; torch.compile cannot trace a numpy array.
+        self.long_inverse_frequencies = None
+        self.attention_factor = 1.0
+        if self.scaling is not None and self.scaling["rope_type"] == "longrope":
+            frequencies, long = frequencies
+            self.long_inverse_frequencies = tuple(float(f) for f in long)
+            self.original_max_position_embeddings = int(
+                self.scaling["original_max_position_embeddings"]
+            )
+            self.attention_factor = float(self.scaling.get("attention_factor") or 1.0)
         self.inverse_frequencies = tuple(float(f) for f in frequencies)
 
     def call(self, x, index=0):
@@ -113,12 +148,19 @@ class RotaryEmbedding(keras.layers.Layer):
         if len(getattr(index, "shape", ())) == 1:
             # Per-row positions: (batch, 1, length), broadcast over heads.
             index = ops.reshape(index, (-1, 1, 1))
-        positions = ops.cast(index + ops.arange(length, dtype="int32"), "float32")
+        positions = index + ops.arange(length, dtype="int32")
         frequencies = ops.convert_to_tensor(list(self.inverse_frequencies), "float32")
-        angles = positions[..., None] * frequencies  # (..., length, head_dim/2)
+        if self.long_inverse_frequencies is not None:
+            long = ops.convert_to_tensor(list(self.long_inverse_frequencies), "float32")
+            is_long = ops.max(positions) + 1 > self.original_max_position_embeddings
+            frequencies = ops.where(is_long, long, frequencies)
+        # (..., length, head_dim/2)
+        angles = ops.cast(positions, "float32")[..., None] * frequencies
         angles = ops.concatenate([angles, angles], axis=-1)
-        cos = ops.cast(ops.cos(angles), x.dtype)
-        sin = ops.cast(ops.sin(angles), x.dtype)
+        cos, sin = ops.cos(angles), ops.sin(angles)
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        cos, sin = ops.cast(cos, x.dtype), ops.cast(sin, x.dtype)
         first, second = ops.split(x, 2, axis=-1)
         rotated = ops.concatenate([-second, first], axis=-1)
         return x * cos + rotated * sin

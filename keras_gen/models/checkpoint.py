@@ -4,8 +4,9 @@ A folder holds `config.json`, the weights as `model.safetensors` (or shards
 listed in `model.safetensors.index.json`), and optionally the tokenizer
 (`tokenizer.json`, `tokenizer_config.json`) and `generation_config.json`.
 This module reads the folder and picks a converter from the architecture
-registry; each converter (`gpt2_checkpoint`, `llama_checkpoint`) maps one
-family's config and weight names onto a keras-gen backbone and back.
+registry (`keras_gen.models.architectures`, filled by the family folders);
+each converter maps one family's config and weight names onto a keras-gen
+backbone and back.
 Nothing is downloaded, and no pickle file is ever opened.
 """
 
@@ -22,10 +23,7 @@ import safetensors.numpy
 
 from keras_gen.generation_config import GENERATION_CONFIG_FILE
 from keras_gen.generation_config import GenerationConfig
-from keras_gen.models.gpt2 import gpt2_checkpoint
-from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
-from keras_gen.models.llama import llama_checkpoint
-from keras_gen.models.llama.llama_backbone import LlamaBackbone
+from keras_gen.models import architectures
 from keras_gen.tokenizers.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -40,25 +38,6 @@ OTHER_WEIGHT_PATTERNS = (
 # (GPT-2) and rotary frequencies (Llama).
 BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
-# `config.json`'s `architectures` entry -> the converter for it.
-ARCHITECTURES = {
-    "GPT2LMHeadModel": gpt2_checkpoint,
-    "LlamaForCausalLM": llama_checkpoint,
-    "MistralForCausalLM": llama_checkpoint,
-    "Qwen2ForCausalLM": llama_checkpoint,
-}
-# `model_type`, for configs without `architectures`.
-MODEL_TYPES = {
-    "gpt2": "GPT2LMHeadModel",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-}
-# Backbone class -> the converter that writes it back.
-BACKBONES = {
-    GPT2Backbone: gpt2_checkpoint,
-    LlamaBackbone: llama_checkpoint,
-}
 DTYPES = ("float32", "bfloat16", "float16")
 NUMPY_DTYPES = {
     "float32": np.float32,
@@ -99,14 +78,14 @@ def architecture(config):
     """The supported architecture a config names, or a ValueError."""
     names = list(config.get("architectures") or [])
     for name in names:
-        if name in ARCHITECTURES:
+        if name in architectures.ARCHITECTURES:
             return name
     model_type = config.get("model_type")
-    if not names and model_type in MODEL_TYPES:
-        return MODEL_TYPES[model_type]
+    if not names and model_type in architectures.MODEL_TYPES:
+        return architectures.MODEL_TYPES[model_type]
     raise ValueError(
         f"Unsupported architecture {names or model_type!r}. keras-gen loads "
-        f"{', '.join(sorted(ARCHITECTURES))}."
+        f"{', '.join(sorted(architectures.ARCHITECTURES))}."
     )
 
 
@@ -220,17 +199,31 @@ class WeightReader:
                 f"or corrupt?): {error}"
             ) from error
 
-    def load(self, variable, name, transpose=False):
-        """Copy weight `name` (transposed for a `Dense` kernel) into `variable`."""
+    def _read(self, name, shape, transpose, path):
         array = self.get(name)
-        expected = tuple(variable.shape)[::-1] if transpose else tuple(variable.shape)
+        expected = tuple(shape)[::-1] if transpose else tuple(shape)
         if tuple(array.shape) != expected:
             raise ValueError(
                 f"Weight {name!r} has shape {tuple(array.shape)}, but the model "
-                f"built from {CONFIG_FILE} needs {expected} (for {variable.path})."
+                f"built from {CONFIG_FILE} needs {expected} (for {path})."
             )
-        if transpose:
-            array = np.transpose(array)
+        return np.transpose(array) if transpose else array
+
+    def load(self, variable, name, transpose=False):
+        """Copy weight `name` (transposed for a `Dense` kernel) into `variable`.
+
+        `name` may be a tuple of names: their tensors, stacked on a new
+        first axis, fill the variable (a layer's experts).
+        """
+        if isinstance(name, tuple):
+            shape = tuple(variable.shape)[1:]
+            if len(name) != variable.shape[0]:
+                raise ValueError(f"{variable.path} stacks {variable.shape[0]} weights.")
+            array = np.stack(
+                [self._read(n, shape, transpose, variable.path) for n in name]
+            )
+        else:
+            array = self._read(name, variable.shape, transpose, variable.path)
         dtype = keras.backend.standardize_dtype(variable.dtype)
         # Every backend casts float32 numpy to bfloat16 itself; not all of
         # them accept ml_dtypes' bfloat16 arrays.
@@ -268,7 +261,7 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
     """
     config = read_config(path)
     name = architecture(config)
-    converter = ARCHITECTURES[name]
+    converter = architectures.ARCHITECTURES[name]
     if causal_lm_class is not None and not issubclass(
         converter.CAUSAL_LM_CLASS, causal_lm_class
     ):
@@ -330,20 +323,39 @@ def _warn_unused(reader, path):
         )
 
 
-def _converter_for(backbone):
-    for cls in type(backbone).__mro__:
-        if cls in BACKBONES:
-            return BACKBONES[cls]
-    raise ValueError(
-        f"`save_pretrained` writes {sorted(c.__name__ for c in BACKBONES)} "
-        f"models; this model's backbone is a {type(backbone).__name__}."
-    )
-
-
 def _to_numpy(variable):
     dtype = keras.backend.standardize_dtype(variable.dtype)
     array = keras.ops.convert_to_numpy(variable.value)
     return np.asarray(array).astype(NUMPY_DTYPES.get(dtype, dtype), copy=False)
+
+
+def _dequantized(backbone):
+    """`{variable path: float32 array}` for the int8 weights of `backbone`.
+
+    `quantize("int8")` keeps int8 values and one scale per output channel
+    (per row of an embedding); a Hugging Face folder holds float weights,
+    so they are written as `values / scale`. Other modes are refused.
+    """
+    weights = {}
+    for layer in backbone._flatten_layers():
+        mode = getattr(layer, "quantization_mode", None)
+        if mode is None:
+            continue
+        if mode != "int8":
+            raise ValueError(
+                f"`save_pretrained` writes float or int8-quantized models; "
+                f"{layer.path} is quantized as {mode!r}. Save with "
+                "`lm.save(\"model.keras\")` instead."
+            )
+        if isinstance(layer, keras.layers.Embedding):
+            variable = layer._embeddings
+            scale = keras.ops.convert_to_numpy(layer.embeddings_scale)[:, None]
+        else:
+            variable = layer._kernel
+            scale = keras.ops.convert_to_numpy(layer.kernel_scale)
+        values = keras.ops.convert_to_numpy(variable.value).astype("float32")
+        weights[variable.path] = values / scale
+    return weights
 
 
 def _remove_old_shards(path):
@@ -363,7 +375,7 @@ def save_causal_lm(causal_lm, path):
     """Write a `CausalLM` as a Hugging Face model folder (safetensors)."""
     path = os.fspath(path)
     backbone = causal_lm.backbone
-    converter = _converter_for(backbone)
+    converter = architectures.converter_for_backbone(backbone)
     config = converter.config_from_backbone(backbone)
     special_ids = {}
     tokenizer = causal_lm.tokenizer
@@ -377,10 +389,18 @@ def save_causal_lm(causal_lm, path):
                 value = value[0]
             config[key] = special_ids[key] = value
     config["dtype"] = keras.backend.standardize_dtype(backbone.variable_dtype)
+    dequantized = _dequantized(backbone)
     weights = {}
     for name, variable, transpose in converter.weight_map(backbone):
-        array = _to_numpy(variable)
-        weights[name] = np.ascontiguousarray(array.T if transpose else array)
+        array = dequantized.get(variable.path)
+        if array is None:
+            array = _to_numpy(variable)
+        else:
+            array = array.astype(NUMPY_DTYPES.get(config["dtype"], np.float32))
+        names, arrays = (name, list(array)) if isinstance(name, tuple) else ((name,), [array])
+        for one_name, one_array in zip(names, arrays):
+            one_array = np.swapaxes(one_array, -1, -2) if transpose else one_array
+            weights[one_name] = np.ascontiguousarray(one_array)
     os.makedirs(path, exist_ok=True)
     _remove_old_shards(path)
     with open(os.path.join(path, CONFIG_FILE), "w") as f:

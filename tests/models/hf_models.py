@@ -30,6 +30,12 @@ VOCABULARY_SIZE = 64
 EXTRA_EOS = 9
 
 KINDS = ("gpt2", "llama", "qwen2", "mistral")
+# The decoder families beyond Llama, each with a config that exercises its
+# quirks: windows shorter than the prompts, soft-caps that bind, grouped
+# queries, a head size apart from hidden / heads, experts.
+DECODER_KINDS = (
+    "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3", "phi3", "olmo2", "mixtral"
+)
 
 
 def train_tokenizer(add_bos=True):
@@ -79,6 +85,60 @@ def _config(kind):
     if kind == "mistral":
         return transformers.MistralConfig(
             **common, tie_word_embeddings=False, sliding_window=4
+        )
+    return _decoder_config(kind, common)
+
+
+def _decoder_config(kind, common):
+    if kind == "qwen3":
+        # Tied, a head size of 16 (hidden / heads is 8), a window on layer 1.
+        return transformers.Qwen3Config(
+            **common, head_dim=16, tie_word_embeddings=True,
+            use_sliding_window=True, sliding_window=4, max_window_layers=1,
+        )
+    if kind == "qwen3_moe":
+        # 4 experts, 2 per token, unnormalized weights; layer 1 is dense.
+        return transformers.Qwen3MoeConfig(
+            **common, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=16, norm_topk_prob=False, mlp_only_layers=[1],
+        )
+    if kind == "gemma":
+        return transformers.GemmaConfig(**common, head_dim=8)
+    if kind == "gemma2":
+        # Soft-caps small enough to bind; a window shorter than the prompts
+        # on layer 0; a query scalar apart from head_dim.
+        return transformers.Gemma2Config(
+            **common, head_dim=8, sliding_window=4, query_pre_attn_scalar=16,
+            attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+        )
+    if kind == "gemma3":
+        # Two rope bases, the global one scaled; windowed layer 0.
+        return transformers.Gemma3TextConfig(
+            **common, head_dim=8, sliding_window=4, query_pre_attn_scalar=16,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {
+                    "rope_type": "linear", "factor": 2.0, "rope_theta": 1e6
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        )
+    if kind == "phi3":
+        # LongRoPE past 16 positions: generation crosses into the long factors.
+        return transformers.Phi3Config(
+            **common, original_max_position_embeddings=16,
+            rope_parameters={
+                "rope_type": "longrope", "rope_theta": 1e4,
+                "short_factor": [1.0, 1.5, 2.0, 3.0],
+                "long_factor": [1.0, 2.0, 4.0, 8.0],
+                "original_max_position_embeddings": 16,
+            },
+        )
+    if kind == "olmo2":
+        return transformers.Olmo2Config(**common)
+    if kind == "mixtral":
+        return transformers.MixtralConfig(
+            **common, num_local_experts=4, num_experts_per_tok=2, sliding_window=4
         )
     raise ValueError(kind)
 

@@ -6,6 +6,9 @@ name, Keras variable, whether the checkpoint stores it transposed) and
 `load_weights`.
 """
 
+import sys
+
+from keras_gen.models import architectures
 from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
 from keras_gen.models.gpt2.gpt2_causal_lm import GPT2CausalLM
 from keras_gen.utils.checks import check_int
@@ -116,3 +119,6 @@ def weight_map(backbone, prefix=PREFIX):
 def load_weights(backbone, reader):
     prefix = PREFIX if f"{PREFIX}wte.weight" in reader else ""
     reader.load_all(weight_map(backbone, prefix))
+
+
+architectures.register(sys.modules[__name__], {"GPT2LMHeadModel": "gpt2"}, GPT2Backbone)

@@ -1,8 +1,11 @@
 """The Llama-family causal language model."""
 
+import keras
+
 from keras_gen.models.causal_lm import CausalLM
 
 
+@keras.saving.register_keras_serializable(package="keras_gen")
 class LlamaCausalLM(CausalLM):
     """Llama, Mistral or Qwen2 with generation: `CausalLM` over a `LlamaBackbone`.
 

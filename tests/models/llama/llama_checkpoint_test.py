@@ -7,6 +7,7 @@ from keras import ops
 from keras_gen.models import CausalLM
 from keras_gen.models import LlamaBackbone
 from keras_gen.models import LlamaCausalLM
+from keras_gen.models import decoder_checkpoint
 from keras_gen.models.llama import llama_checkpoint
 from tests.models import hf_models
 from tests.models.hf_models import model_folder  # noqa: F401 (fixture)
@@ -78,10 +79,10 @@ def test_rope_reads_transformers_4_and_5_configs():
     }
     v4 = {"rope_theta": 5e5, "rope_scaling": scaling}
     v5 = {"rope_parameters": {**scaling, "rope_theta": 5e5}}
-    assert llama_checkpoint._rope(v4) == llama_checkpoint._rope(v5) == (5e5, scaling)
-    assert llama_checkpoint._rope({"rope_theta": 1e4}) == (1e4, None)
+    assert decoder_checkpoint.rope(v4) == decoder_checkpoint.rope(v5) == (5e5, scaling)
+    assert decoder_checkpoint.rope({"rope_theta": 1e4}) == (1e4, None)
     legacy = {"rope_scaling": {"type": "linear", "factor": 2.0}}
-    assert llama_checkpoint._rope(legacy) == (
+    assert decoder_checkpoint.rope(legacy) == (
         10000.0, {"rope_type": "linear", "factor": 2.0}
     )
 

@@ -1,0 +1,53 @@
+"""Hugging Face OLMo 2 checkpoints to and from `Olmo2Backbone`.
+
+The converter interface is the one `gpt2_checkpoint` describes.
+"""
+
+import sys
+
+from keras_gen.models import architectures
+from keras_gen.models import decoder_checkpoint
+from keras_gen.models.olmo2.olmo2_backbone import Olmo2Backbone
+from keras_gen.models.olmo2.olmo2_causal_lm import Olmo2CausalLM
+
+CAUSAL_LM_CLASS = Olmo2CausalLM
+ARCHITECTURE = "Olmo2ForCausalLM"
+FIXED = {"norm_placement": "post", "query_key_norm": "projection"}
+
+
+def backbone_from_config(config, architecture, dtype=None):
+    bias = bool(config.get("attention_bias", False))
+    return Olmo2Backbone(
+        **decoder_checkpoint.sizes(config, architecture),
+        query_key_value_bias=bias,
+        attention_output_bias=bias,
+        dtype=dtype,
+    )
+
+
+def config_from_backbone(backbone):
+    decoder_checkpoint.check_options(
+        backbone,
+        ARCHITECTURE,
+        {"query_key_value_bias", "attention_output_bias"},
+        fixed=FIXED,
+    )
+    if backbone.query_key_value_bias != backbone.attention_output_bias:
+        raise ValueError(
+            f"{ARCHITECTURE} has one `attention_bias` for the query/key/value "
+            "and output projections; this backbone sets them apart."
+        )
+    config = decoder_checkpoint.base_config(backbone, ARCHITECTURE, "olmo2")
+    config["attention_bias"] = backbone.query_key_value_bias
+    return config
+
+
+def weight_map(backbone):
+    return decoder_checkpoint.weight_map(backbone)
+
+
+def load_weights(backbone, reader):
+    reader.load_all(weight_map(backbone))
+
+
+architectures.register(sys.modules[__name__], {ARCHITECTURE: "olmo2"}, Olmo2Backbone)

@@ -1,0 +1,49 @@
+"""Hugging Face Phi-3 checkpoints to and from `Phi3Backbone`.
+
+Phi-3 fuses the query/key/value and the gate/up projections into one
+matrix each, as `Phi3Backbone` does; its 128k variants use LongRoPE. The
+converter interface is the one `gpt2_checkpoint` describes.
+"""
+
+import sys
+
+from keras_gen.models import architectures
+from keras_gen.models import decoder_checkpoint
+from keras_gen.models.phi3.phi3_backbone import Phi3Backbone
+from keras_gen.models.phi3.phi3_causal_lm import Phi3CausalLM
+
+CAUSAL_LM_CLASS = Phi3CausalLM
+ARCHITECTURE = "Phi3ForCausalLM"
+
+
+def backbone_from_config(config, architecture, dtype=None):
+    return Phi3Backbone(
+        **decoder_checkpoint.sizes(config, architecture),
+        sliding_window=config.get("sliding_window"),
+        dtype=dtype,
+    )
+
+
+def config_from_backbone(backbone):
+    decoder_checkpoint.check_options(
+        backbone, ARCHITECTURE, {"sliding_window"}, fixed={"fused_projections": True}
+    )
+    config = decoder_checkpoint.base_config(backbone, ARCHITECTURE, "phi3")
+    config["sliding_window"] = backbone.sliding_window
+    scaling = backbone.rope_scaling or {}
+    if "original_max_position_embeddings" in scaling:
+        config["original_max_position_embeddings"] = scaling[
+            "original_max_position_embeddings"
+        ]
+    return config
+
+
+def weight_map(backbone):
+    return decoder_checkpoint.weight_map(backbone)
+
+
+def load_weights(backbone, reader):
+    reader.load_all(weight_map(backbone))
+
+
+architectures.register(sys.modules[__name__], {ARCHITECTURE: "phi3"}, Phi3Backbone)

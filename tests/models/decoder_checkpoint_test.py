@@ -1,0 +1,118 @@
+"""Every decoder family beyond Llama matches transformers: logits, greedy
+tokens of a ragged batch, and a save that transformers reads back."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_gen.models import CausalLM
+from keras_gen.models import GemmaCausalLM
+from keras_gen.models import MixtralCausalLM
+from keras_gen.models import Olmo2CausalLM
+from keras_gen.models import Phi3CausalLM
+from keras_gen.models import Qwen3CausalLM
+from tests.models import hf_models
+from tests.models.hf_models import model_folder  # noqa: F401 (fixture)
+
+parametrize = pytest.mark.parametrize(
+    "model_folder", hf_models.DECODER_KINDS, indirect=True
+)
+# `model_type` -> the class `CausalLM.from_pretrained` returns.
+CLASSES = {
+    "qwen3": Qwen3CausalLM,
+    "qwen3_moe": Qwen3CausalLM,
+    "gemma": GemmaCausalLM,
+    "gemma2": GemmaCausalLM,
+    "gemma3_text": GemmaCausalLM,
+    "phi3": Phi3CausalLM,
+    "olmo2": Olmo2CausalLM,
+    "mixtral": MixtralCausalLM,
+}
+# Phi-3's tiny config switches to its long rope factors past 16 positions;
+# transformers' `generate` then recomputes the whole cache (see
+# `test_phi3_long_factors_match_a_full_forward_pass`): stay below.
+NEW_TOKENS = {"phi3": 8}
+
+
+def _logits(lm, token_ids):
+    return ops.convert_to_numpy(lm(np.asarray(token_ids, "int32")))
+
+
+@parametrize
+def test_logits_match_transformers(model_folder):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    assert type(lm) is CLASSES[model.config.model_type]
+    np.testing.assert_allclose(
+        _logits(lm, hf_models.FULL_BATCH),
+        hf_models.logits(model, hf_models.FULL_BATCH),
+        atol=1e-4,
+    )
+
+
+@parametrize
+def test_greedy_ragged_batch_matches_transformers(model_folder):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    prompts = hf_models.RAGGED_PROMPTS
+    new_tokens = NEW_TOKENS.get(model.config.model_type, 20)
+    assert lm.generate(prompts, max_new_tokens=new_tokens) == hf_models.greedy(
+        model, prompts, max_new_tokens=new_tokens
+    )
+
+
+@parametrize
+def test_save_pretrained_round_trips_through_transformers(model_folder, tmp_path):
+    _, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    lm.save_pretrained(tmp_path)
+    reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    np.testing.assert_allclose(
+        hf_models.logits(reloaded, hf_models.FULL_BATCH),
+        _logits(lm, hf_models.FULL_BATCH),
+        atol=1e-4,
+    )
+    again = CausalLM.from_pretrained(tmp_path)
+    config = {**lm.backbone.get_config(), "name": None}
+    assert {**again.backbone.get_config(), "name": None} == config
+
+
+@pytest.mark.parametrize("model_folder", ["phi3"], indirect=True)
+def test_phi3_long_factors_match_a_full_forward_pass(model_folder):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    # 20 positions: past the 16 of `original_max_position_embeddings`.
+    sequence = [([hf_models.BOS] + [5, 9, 12, 30, 40, 22, 7, 13, 3, 50] * 2)[:20]]
+    np.testing.assert_allclose(
+        _logits(lm, sequence), hf_models.logits(model, sequence), atol=1e-4
+    )
+    rotary = lm.backbone.rotary_embedding
+    assert rotary.long_inverse_frequencies != rotary.inverse_frequencies
+    assert rotary.attention_factor == pytest.approx(np.sqrt(1 + np.log(8) / np.log(16)))
+
+
+@pytest.mark.parametrize("model_folder", ["gemma2"], indirect=True)
+def test_gemma2_soft_caps_bind(model_folder):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    logits = _logits(lm, hf_models.FULL_BATCH)
+    # The final cap is 5: logits press against it, and never pass it.
+    assert 4.5 < np.abs(logits).max() < 5.0
+    backbone = lm.backbone
+    assert [backbone.layer_sliding_window(i) for i in range(2)] == [4, None]
+    assert backbone.transformer_layers[0].attention.logit_softcap == 2.0
+
+
+@pytest.mark.parametrize("model_folder", ["gemma2"], indirect=True)
+def test_gemma2_in_bfloat16_and_sharded(model_folder, tmp_path):
+    model, _ = model_folder
+    model.to(hf_models.torch.bfloat16).save_pretrained(tmp_path, max_shard_size="20KB")
+    model.to(hf_models.torch.float32)
+    hf_models.save_tokenizer(str(tmp_path))
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    lm = CausalLM.from_pretrained(tmp_path)
+    reference = hf_models.logits(model, hf_models.FULL_BATCH)
+    logits = _logits(lm, hf_models.FULL_BATCH)
+    assert np.abs(logits - reference).max() < 0.1 * np.abs(reference).max()
+    prompts = hf_models.RAGGED_PROMPTS
+    assert len(lm.generate(prompts, max_new_tokens=4)) == len(prompts)

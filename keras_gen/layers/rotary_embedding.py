@@ -142,6 +142,9 @@ class RotaryEmbedding(keras.layers.Layer):
             )
             self.attention_factor = float(self.scaling.get("attention_factor") or 1.0)
         self.inverse_frequencies = tuple(float(f) for f in frequencies)
+        # No weights: built from the start, so a model quantizes before its
+        # first call.
+        self.built = True
 
     def call(self, x, index=0):
         length = ops.shape(x)[2]

@@ -36,6 +36,41 @@ class Backbone(keras.Model):
 
     max_sequence_length = None
 
+    def get_config(self):
+        config = super().get_config()
+        # A quantized model lists its quantized layers' policies: loading
+        # builds those layers with int8 variables (`.keras` saving).
+        policy = self.dtype_policy
+        quantized = [
+            layer
+            for layer in self._flatten_layers()
+            if layer.quantization_mode is not None
+        ]
+        if quantized and not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+            policy = keras.dtype_policies.DTypePolicyMap(default_policy=policy)
+            for layer in quantized:
+                policy[layer.path] = layer.dtype_policy
+        config["dtype"] = keras.dtype_policies.serialize(policy)
+        # The layers' config says whether activations are quantized too
+        # (`CausalLM.quantize` is weight-only by default).
+        setting = getattr(quantized[0], "quantization_config", None) if quantized else None
+        if setting is not None:
+            config["quantization_config"] = keras.saving.serialize_keras_object(setting)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        setting = config.pop("quantization_config", None)
+        backbone = cls(**config)
+        if setting is not None:
+            setting = keras.saving.deserialize_keras_object(setting)
+            for layer in backbone._flatten_layers():
+                if hasattr(layer, "inputs_quantizer") and layer.quantization_mode:
+                    layer.quantization_config = setting
+                    layer.inputs_quantizer = setting.activation_quantizer
+        return backbone
+
     @classmethod
     def get_layout_map(
         cls,

@@ -3,6 +3,7 @@
 import collections
 import copy
 import functools
+import json
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
 from keras_gen.sampling import options as options_lib
 from keras_gen.streaming.generation_output import GenerationOutput
+from keras_gen.tokenizers.tokenizer import TOKENIZER_FILE
+from keras_gen.tokenizers.tokenizer import Tokenizer
 from keras_gen.utils.checks import check_count
 
 # Compiled programs a model keeps (least recently used dropped first): one
@@ -786,6 +789,32 @@ class CausalLM(keras.Model):
         from keras_gen.models import checkpoint
 
         checkpoint.save_causal_lm(self, path)
+
+    def compile_from_config(self, config):
+        """Keras loading: compile with the saved optimizer and loss.
+
+        Generation settings are not saved: the sampler is the default.
+        """
+        self.compile(**keras.saving.deserialize_keras_object(config))
+
+    def save_assets(self, dir_path):
+        """Keras saving: the tokenizer goes into the `.keras` file's assets."""
+        tokenizer = self.tokenizer
+        if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
+            return
+        tokenizer.save_pretrained(dir_path)
+        # The special ids, where `Tokenizer.from_pretrained` reads them.
+        ids = {
+            "bos_token_id": getattr(tokenizer, "bos_token_id", None),
+            "eos_token_id": list(getattr(tokenizer, "eos_token_ids", [])),
+            "pad_token_id": getattr(tokenizer, "pad_token_id", None),
+        }
+        with open(os.path.join(dir_path, "config.json"), "w") as f:
+            json.dump(ids, f)
+
+    def load_assets(self, dir_path):
+        if os.path.isfile(os.path.join(dir_path, TOKENIZER_FILE)):
+            self.tokenizer = Tokenizer.from_pretrained(dir_path)
 
     def get_config(self):
         return {

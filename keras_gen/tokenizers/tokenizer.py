@@ -7,6 +7,8 @@ import tokenizers
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# transformers 4.43 and later save the chat template in a file of its own.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 # Files that name special token ids, most specific for generation first.
 ID_CONFIG_FILES = ("generation_config.json", "config.json")
 
@@ -103,6 +105,10 @@ class Tokenizer:
                 f"{tokenizer_file} is not a valid tokenizer file: {error}"
             ) from error
         config = _read_json(os.path.join(path, TOKENIZER_CONFIG_FILE))
+        template_file = os.path.join(path, CHAT_TEMPLATE_FILE)
+        if os.path.isfile(template_file):
+            with open(template_file, encoding="utf-8") as f:
+                config["chat_template"] = f.read()
         id_configs = [_read_json(os.path.join(path, f)) for f in ID_CONFIG_FILES]
 
         def special_id(name):

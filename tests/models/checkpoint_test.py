@@ -12,7 +12,6 @@ from keras import ops
 
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
-from keras_gen.models import checkpoint
 from keras_gen.tokenizers import Tokenizer
 from tests.models import hf_models
 

@@ -1,6 +1,7 @@
 """Every decoder family beyond Llama matches transformers: logits, greedy
 tokens of a ragged batch, and a save that transformers reads back."""
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -116,3 +117,49 @@ def test_gemma2_in_bfloat16_and_sharded(model_folder, tmp_path):
     assert np.abs(logits - reference).max() < 0.1 * np.abs(reference).max()
     prompts = hf_models.RAGGED_PROMPTS
     assert len(lm.generate(prompts, max_new_tokens=4)) == len(prompts)
+
+
+SAVING_KINDS = ("llama", "qwen2", "mistral") + hf_models.DECODER_KINDS
+
+
+@pytest.mark.parametrize("model_folder", SAVING_KINDS, indirect=True)
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_keras_saving_keeps_the_model_tokenizer_and_generation_config(
+    model_folder, tmp_path
+):
+    _, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    path = str(tmp_path / "lm.keras")
+    lm.save(path)
+    restored = keras.saving.load_model(path)
+    assert type(restored) is type(lm)
+    assert restored.generation_config == lm.generation_config
+    assert restored.tokenizer.eos_token_ids == lm.tokenizer.eos_token_ids
+    np.testing.assert_array_equal(
+        _logits(restored, hf_models.FULL_BATCH), _logits(lm, hf_models.FULL_BATCH)
+    )
+    text = "the quick brown fox"
+    assert restored.tokenizer.encode(text) == lm.tokenizer.encode(text)
+
+
+@pytest.mark.parametrize("model_folder", ["llama", "gemma2", "qwen3_moe"], indirect=True)
+def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_path):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    lm.quantize("int8")
+    quantized = _logits(lm, hf_models.FULL_BATCH)
+    lm.save(str(tmp_path / "lm.keras"))
+    restored = keras.saving.load_model(str(tmp_path / "lm.keras"))
+    assert restored.backbone.embed_tokens.quantization_mode == "int8"
+    np.testing.assert_array_equal(_logits(restored, hf_models.FULL_BATCH), quantized)
+    # A Hugging Face folder holds floats: the int8 weights dequantized.
+    lm.save_pretrained(tmp_path / "hf")
+    reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "hf"
+    )
+    np.testing.assert_allclose(
+        hf_models.logits(reloaded, hf_models.FULL_BATCH), quantized, atol=1e-4
+    )
+    # Near the float model (raw int8 values read as floats are 1e3 off).
+    reference = hf_models.logits(model, hf_models.FULL_BATCH)
+    assert np.abs(quantized - reference).max() < 0.2 * np.abs(reference).max()

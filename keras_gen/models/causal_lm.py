@@ -738,7 +738,9 @@ class CausalLM(keras.Model):
         shards with an index) and, optionally, `tokenizer.json`,
         `tokenizer_config.json` and `generation_config.json`, which becomes
         `lm.generation_config` (the defaults of `generate`). Supported:
-        GPT-2, Llama, Mistral and Qwen2. Nothing is downloaded, and pickle
+        GPT-2, Llama, Mistral, Qwen2, Qwen3 (and MoE), Gemma 1 to 3, Phi-3,
+        OLMo 2 and Mixtral (`keras_gen.models.architectures`). Nothing is
+        downloaded, and pickle
         (`.bin`) weights are refused. Without a tokenizer file the model
         still loads and takes token ids.
 

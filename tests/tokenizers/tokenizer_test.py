@@ -86,3 +86,27 @@ def test_bad_arguments():
     tokenizer = Tokenizer(hf_models.train_tokenizer())
     with pytest.raises(TypeError, match="`text` must be a string"):
         tokenizer.encode(["not", "a", "string"])
+
+
+TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
+)
+
+
+def test_chat_template_file_that_transformers_writes_is_kept(folder, tmp_path):
+    from keras_gen.serving.chat_template import ChatTemplate
+
+    hf_tokenizer = hf_models.transformers.AutoTokenizer.from_pretrained(folder)
+    hf_tokenizer.chat_template = TEMPLATE
+    hf_tokenizer.save_pretrained(tmp_path / "hf")
+    assert (tmp_path / "hf" / "chat_template.jinja").exists()
+    tokenizer = Tokenizer.from_pretrained(tmp_path / "hf")
+    messages = [{"role": "user", "content": "hello world"}]
+    expected = hf_tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    assert ChatTemplate.from_tokenizer(tokenizer).render(messages) == expected
+    tokenizer.save_pretrained(tmp_path / "ours")
+    again = hf_models.transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
+    assert again.chat_template == TEMPLATE

@@ -123,20 +123,26 @@ class DecoderBlock(keras.layers.Layer):
 
         query_width = num_query_heads * head_dim
         key_width = num_key_value_heads * head_dim
-        # The norms, by Hugging Face name, in the order they apply.
-        names = {
-            "pre": ("input_layernorm", "post_attention_layernorm"),
+        # The norms, by Hugging Face name, around attention and the MLP.
+        before_attention, after_attention, before_mlp, after_mlp = {
+            "pre": ("input_layernorm", None, "post_attention_layernorm", None),
             "sandwich": (
                 "input_layernorm",
                 "post_attention_layernorm",
                 "pre_feedforward_layernorm",
                 "post_feedforward_layernorm",
             ),
-            "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+            "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
         }[norm_placement]
-        self.norm_names = names
-        for name in names:
-            setattr(self, name, norm(name))
+        self.norm_names = tuple(
+            name
+            for name in (before_attention, after_attention, before_mlp, after_mlp)
+            if name is not None
+        )
+        # Sublayers are made in the order they compute: weights are listed
+        # (and seeded) in that order.
+        if before_attention:
+            setattr(self, before_attention, norm(before_attention))
         if fused_projections:
             self.qkv_proj = dense(query_width + 2 * key_width, query_key_value_bias, "qkv_proj")
         else:
@@ -154,6 +160,9 @@ class DecoderBlock(keras.layers.Layer):
             name="attention",
         )
         self.o_proj = dense(hidden_dim, attention_output_bias, "o_proj")
+        for name in (after_attention, before_mlp):
+            if name:
+                setattr(self, name, norm(name))
         self.mlp = None
         if num_experts is not None:
             self.mlp = MixtureOfExperts(
@@ -172,29 +181,30 @@ class DecoderBlock(keras.layers.Layer):
             self.up_proj = dense(intermediate_dim, mlp_bias, "up_proj")
         if self.mlp is None:
             self.down_proj = dense(hidden_dim, mlp_bias, "down_proj")
+        if after_mlp:
+            setattr(self, after_mlp, norm(after_mlp))
 
     def build(self, input_shape):
         query_width = self.num_query_heads * self.head_dim
         key_width = self.num_key_value_heads * self.head_dim
         for name in self.norm_names:
             getattr(self, name).build(input_shape)
-        projections = ("qkv_proj",) if self.fused_projections else ("q_proj", "k_proj", "v_proj")
-        for name in projections:
+        inputs = ["qkv_proj"] if self.fused_projections else ["q_proj", "k_proj", "v_proj"]
+        if self.mlp is not None:
+            inputs.append("mlp")
+        else:
+            inputs += ["gate_up_proj"] if self.fused_projections else ["gate_proj", "up_proj"]
+        for name in inputs:
             getattr(self, name).build(input_shape)
+        self.o_proj.build(input_shape[:-1] + (query_width,))
+        if self.mlp is None:
+            self.down_proj.build(input_shape[:-1] + (self.intermediate_dim,))
         if self.query_key_norm == "head":
             self.q_norm.build((None, None, None, self.head_dim))
             self.k_norm.build((None, None, None, self.head_dim))
         elif self.query_key_norm == "projection":
             self.q_norm.build(input_shape[:-1] + (query_width,))
             self.k_norm.build(input_shape[:-1] + (key_width,))
-        self.o_proj.build(input_shape[:-1] + (query_width,))
-        if self.mlp is not None:
-            self.mlp.build(input_shape)
-        else:
-            fused = ("gate_up_proj",) if self.fused_projections else ("gate_proj", "up_proj")
-            for name in fused:
-                getattr(self, name).build(input_shape)
-            self.down_proj.build(input_shape[:-1] + (self.intermediate_dim,))
         self.built = True
 
     def _split_heads(self, x, num_heads):

@@ -87,8 +87,8 @@ class RotaryEmbedding(keras.layers.Layer):
             `original_max_position_embeddings`, optionally
             `attention_factor`). LongRoPE rotates with the long factors
             when a call reaches past `original_max_position_embeddings`
-            (as transformers does, per forward pass) and scales cos and sin
-            by `attention_factor`.
+            (as transformers does, per forward pass; per row when `index`
+            is per row) and scales cos and sin by `attention_factor`.
 
     Call arguments:
         x: `(batch, heads, length, head_dim)`.
@@ -155,7 +155,10 @@ class RotaryEmbedding(keras.layers.Layer):
         frequencies = ops.convert_to_tensor(list(self.inverse_frequencies), "float32")
         if self.long_inverse_frequencies is not None:
             long = ops.convert_to_tensor(list(self.long_inverse_frequencies), "float32")
-            is_long = ops.max(positions) + 1 > self.original_max_position_embeddings
+            # Per row with per-row positions: a row's rotation never
+            # depends on its neighbours' lengths.
+            reach = ops.max(positions, axis=-1, keepdims=True) + 1
+            is_long = (reach > self.original_max_position_embeddings)[..., None]
             frequencies = ops.where(is_long, long, frequencies)
         # (..., length, head_dim/2)
         angles = ops.cast(positions, "float32")[..., None] * frequencies

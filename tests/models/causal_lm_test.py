@@ -561,6 +561,8 @@ def test_threads_sharing_a_program_each_get_their_own_numbers(gpt2_backbone):
     assert any(rows != greedy for rows in results["hot"])
 
 
+# torch keeps one cache length per program (`backend.grows_caches()`).
+@pytest.mark.only_backend("jax", "tensorflow")
 @pytest.mark.parametrize(
     "sampler, outputs",
     [

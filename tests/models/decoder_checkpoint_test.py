@@ -63,6 +63,7 @@ def test_greedy_ragged_batch_matches_transformers(model_folder):
 
 
 @parametrize
+@pytest.mark.only_backend("jax")
 def test_save_pretrained_round_trips_through_transformers(model_folder, tmp_path):
     _, folder = model_folder
     lm = CausalLM.from_pretrained(folder)
@@ -119,7 +120,12 @@ def test_gemma2_in_bfloat16_and_sharded(model_folder, tmp_path):
     assert len(lm.generate(prompts, max_new_tokens=4)) == len(prompts)
 
 
-SAVING_KINDS = ("llama", "qwen2", "mistral") + hf_models.DECODER_KINDS
+# Every family on jax; one on the other backends, whose variable reading and
+# writing the GPT-2 saving tests also cover.
+SAVING_KINDS = [
+    pytest.param(kind, marks=() if kind == "gemma2" else pytest.mark.only_backend("jax"))
+    for kind in ("llama", "qwen2", "mistral") + hf_models.DECODER_KINDS
+]
 
 
 @pytest.mark.parametrize("model_folder", SAVING_KINDS, indirect=True)
@@ -142,7 +148,11 @@ def test_keras_saving_keeps_the_model_tokenizer_and_generation_config(
     assert restored.tokenizer.encode(text) == lm.tokenizer.encode(text)
 
 
-@pytest.mark.parametrize("model_folder", ["llama", "gemma2", "qwen3_moe"], indirect=True)
+@pytest.mark.parametrize(
+    "model_folder",
+    ["gemma2", *(pytest.param(k, marks=pytest.mark.only_backend("jax")) for k in ("llama", "qwen3_moe"))],
+    indirect=True,
+)
 def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_path):
     model, folder = model_folder
     lm = CausalLM.from_pretrained(folder)
@@ -163,3 +173,22 @@ def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_pa
     # Near the float model (raw int8 values read as floats are 1e3 off).
     reference = hf_models.logits(model, hf_models.FULL_BATCH)
     assert np.abs(quantized - reference).max() < 0.2 * np.abs(reference).max()
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.parametrize("model_folder", ["phi3", "gemma3", "qwen3_moe"], indirect=True)
+def test_the_engine_serves_the_families_as_generate_does(model_folder):
+    from keras_gen import GenerationConfig
+    from keras_gen.serving import Engine
+
+    _, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    # Rows at different positions share each step; the longest crosses
+    # Phi-3's long-factor length while the others stay below it.
+    prompts = hf_models.RAGGED_PROMPTS + [hf_models.FULL_BATCH[0] + [4, 5, 6]]
+    config = GenerationConfig(max_new_tokens=14)
+    with Engine(lm, max_batch_size=2, max_length=64, chunk_size=3) as engine:
+        records = [h.result(120) for h in [engine.submit(p, config) for p in prompts]]
+    for prompt, record in zip(prompts, records):
+        alone = lm.generate([prompt], max_new_tokens=14, return_dict=True)
+        assert record.token_ids == alone.token_ids

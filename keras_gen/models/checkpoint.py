@@ -273,7 +273,10 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
     dtype = resolve_dtype(dtype, config)
     backbone = converter.backbone_from_config(config, name, dtype=dtype)
     with WeightReader(path) as reader:
-        converter.load_weights(backbone, reader)
+        if hasattr(converter, "load_weights"):
+            converter.load_weights(backbone, reader)
+        else:
+            reader.load_all(converter.weight_map(backbone))
         _warn_unused(reader, path)
     tokenizer = load_tokenizer(path)
     vocabulary_size = backbone.vocabulary_size

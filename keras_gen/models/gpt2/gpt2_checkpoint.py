@@ -1,9 +1,10 @@
 """Hugging Face `GPT2LMHeadModel` checkpoints to and from `GPT2Backbone`.
 
 The converter interface (used by `keras_gen.models.checkpoint`):
-`backbone_from_config`, `config_from_backbone`, `weight_map` (checkpoint
-name, Keras variable, whether the checkpoint stores it transposed) and
-`load_weights`.
+`CAUSAL_LM_CLASS`, `backbone_from_config`, `config_from_backbone`,
+`weight_map` (checkpoint name, Keras variable, whether the checkpoint
+stores it transposed) and, when loading needs more than the map,
+`load_weights(backbone, reader)`.
 """
 
 import sys

@@ -45,8 +45,4 @@ def weight_map(backbone):
     return decoder_checkpoint.weight_map(backbone, experts="mixtral")
 
 
-def load_weights(backbone, reader):
-    reader.load_all(weight_map(backbone))
-
-
 architectures.register(sys.modules[__name__], {ARCHITECTURE: "mixtral"}, MixtralBackbone)

@@ -42,12 +42,7 @@ def config_from_backbone(backbone):
     return config
 
 
-def weight_map(backbone):
-    return decoder_checkpoint.weight_map(backbone)
-
-
-def load_weights(backbone, reader):
-    reader.load_all(weight_map(backbone))
+weight_map = decoder_checkpoint.weight_map
 
 
 architectures.register(sys.modules[__name__], {ARCHITECTURE: "olmo2"}, Olmo2Backbone)

@@ -740,9 +740,8 @@ class CausalLM(keras.Model):
         `lm.generation_config` (the defaults of `generate`). Supported:
         GPT-2, Llama, Mistral, Qwen2, Qwen3 (and MoE), Gemma 1 to 3, Phi-3,
         OLMo 2 and Mixtral (`keras_gen.models.architectures`). Nothing is
-        downloaded, and pickle
-        (`.bin`) weights are refused. Without a tokenizer file the model
-        still loads and takes token ids.
+        downloaded, and pickle (`.bin`) weights are refused. Without a
+        tokenizer file the model still loads and takes token ids.
 
         Args:
             path: the model folder.

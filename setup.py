@@ -42,6 +42,8 @@ setup(
         "serve": SERVE,
         "test": [
             "pytest",
+            # tools/run_tests.sh runs each backend's pass on two processes.
+            "pytest-xdist",
             *SERVE,
             "httpx",
             *JAX,

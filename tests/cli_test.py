@@ -145,6 +145,7 @@ def test_streamed_and_plain_output_agree(capsys, model_folder):
         assert out == expected + "\n"
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
     path, lm = model_folder
     monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))

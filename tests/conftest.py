@@ -128,6 +128,9 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     # `only_backend("jax")` marks a test that is meaningful on one backend.
+    # Slow checks of backend-neutral logic (samplers, streams, the engine)
+    # run on jax and torch only: TensorFlow compiles slowest, and the CI must
+    # stay under 45 minutes on 2 cores.
     for item in items:
         marker = item.get_closest_marker("only_backend")
         if marker and keras.config.backend() not in marker.args:

@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 ACTIVATIONS = ("silu", "gelu_approximate")
+# The router's layer name; `CausalLM.quantize` leaves routers float.
+ROUTER_NAME = "router"
 
 
 def activate(x, activation):
@@ -73,7 +75,7 @@ class MixtureOfExperts(keras.layers.Layer):
         self.activation = activation
         self.normalize_weights = normalize_weights
         self.router = keras.layers.Dense(
-            num_experts, use_bias=False, dtype=self.dtype_policy, name="router"
+            num_experts, use_bias=False, dtype=self.dtype_policy, name=ROUTER_NAME
         )
 
     def build(self, input_shape):

@@ -18,6 +18,7 @@ from keras_gen import samplers
 from keras_gen.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation_config import OPTIONS
 from keras_gen.generation_config import GenerationConfig
+from keras_gen.layers.mixture_of_experts import ROUTER_NAME
 from keras_gen.models.backbone import Backbone
 from keras_gen.models.generation_request import GenerationRequest
 from keras_gen.samplers.speculative_decoding import Speculation
@@ -108,6 +109,12 @@ def program_outputs(loop, finished):
         finished = {"token_ids": finished}
     counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
     return {**loop["outputs"], **counts, **finished}
+
+
+def _quantizable(layer):
+    # Experts' routers stay float: an expert choice is discrete, and a
+    # router is a tiny matrix.
+    return layer.name != ROUTER_NAME
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -269,6 +276,7 @@ class CausalLM(keras.Model):
                 weight_quantizer=config.weight_quantizer,
                 activation_quantizer=None,
             )
+        kwargs.setdefault("filters", _quantizable)
         with warnings.catch_warnings():
             # Norms and attention have nothing to quantize; Keras says so.
             warnings.filterwarnings("ignore", "Layer .* does not have a `quantize`")

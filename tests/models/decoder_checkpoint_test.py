@@ -161,6 +161,9 @@ def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_pa
     lm.save(str(tmp_path / "lm.keras"))
     restored = keras.saving.load_model(str(tmp_path / "lm.keras"))
     assert restored.backbone.embed_tokens.quantization_mode == "int8"
+    for block in restored.backbone.transformer_layers:
+        if block.mlp is not None:
+            assert block.mlp.router.quantization_mode is None
     np.testing.assert_array_equal(_logits(restored, hf_models.FULL_BATCH), quantized)
     # A Hugging Face folder holds floats: the int8 weights dequantized.
     lm.save_pretrained(tmp_path / "hf")

@@ -154,6 +154,7 @@ def test_training_tool_is_deterministic(tmp_path):
     assert CausalLM.from_pretrained(str(outputs[0])).tokenizer.vocabulary_size == 300
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_weight_only_int8_stays_close_to_float():
     # A trained model, loaded from disk and quantized before its first call.
     lm = CausalLM.from_preset("demo")

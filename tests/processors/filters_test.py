@@ -23,7 +23,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("ours, theirs", CASES, ids=lambda c: repr(getattr(c, "get_config", lambda: c)()))
+@pytest.mark.parametrize(
+    "ours, theirs",
+    CASES,
+    # Stable ids (no object addresses): workers of a parallel run agree.
+    ids=[f"{type(ours).__name__}-{ours.get_config()}" for ours, _ in CASES],
+)
 def test_matches_transformers(ours, theirs):
     helpers.assert_parity(ours, theirs, seeds=range(8))
 

@@ -68,6 +68,7 @@ def contrastive_lm():
     return lm
 
 
+@pytest.mark.only_backend("jax", "torch")
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_matches_no_cache_reference(contrastive_lm, alpha):
     contrastive_lm.sampler.alpha = alpha  # a tunable number: same program

@@ -54,6 +54,7 @@ def test_greedy_equals_plain_greedy_on_ragged_batches(target, draft, setting):
     assert assisted == plain
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_compiled_draft_equals_plain_with_stops_and_processors(target, draft):
     chain = [processors.RepetitionPenalty(1.5), processors.NoRepeatNGram(3)]
     kwargs = dict(
@@ -84,6 +85,7 @@ def test_llama_greedy_with_rotary_per_row_positions():
     assert assisted == plain
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_acceptance_counts_per_row(target, draft):
     record = target.generate(
         PROMPTS, max_new_tokens=20, stop_token_ids=None, return_dict=True,
@@ -100,6 +102,7 @@ def test_acceptance_counts_per_row(target, draft):
     assert len(set(record.draft_tokens)) > 1
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
     kwargs = dict(
         max_new_tokens=14, stop_token_ids=[7], draft_model=draft,
@@ -119,6 +122,7 @@ def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
     assert 1 < max(sizes) <= 4
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_per_step_outputs_equal_plain_greedy(target):
     kwargs = dict(
         max_new_tokens=9, stop_token_ids=None, return_dict=True,
@@ -201,6 +205,7 @@ def exact_two_token_distribution(lm, sampler):
     return first[:, None] * second
 
 
+@pytest.mark.only_backend("jax", "torch")
 @pytest.mark.parametrize(
     "sampler, setting",
     [
@@ -243,6 +248,7 @@ def test_sampling_matches_the_target_distribution(sampler, setting):
     assert p_value > 1e-3
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_stop_strings_end_rows_as_in_plain_greedy():
     from tests.streaming.fake_tokenizer import ByteTokenizer
 

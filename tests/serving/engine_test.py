@@ -89,6 +89,7 @@ def assert_same(record, alone):
         np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
 
 
+@pytest.mark.only_backend("jax", "torch")
 def test_staggered_mixed_requests_equal_each_request_alone(engine, lm):
     requests = mixed_requests(24)
     handles = [None] * len(requests)

@@ -84,13 +84,8 @@ def rope(config, parameters=None):
     return theta, {"rope_type": rope_type, **parameters}
 
 
-def layer_windows(config, window, default_kind="full_attention"):
-    """`(sliding_window, sliding_window_layers)` from `layer_types`.
-
-    Every layer is `default_kind` when the config has no `layer_types`.
-    """
-    num_layers = config["num_hidden_layers"]
-    kinds = config.get("layer_types") or [default_kind] * num_layers
+def layer_windows(kinds, window):
+    """`(sliding_window, sliding_window_layers)` from a list of layer types."""
     layers = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
     if window is None or not layers:
         return None, None
@@ -111,7 +106,7 @@ def qwen_windows(config):
         "sliding_attention" if i >= config.get("max_window_layers", 28) else "full_attention"
         for i in range(num_layers)
     ]
-    window, layers = layer_windows({**config, "layer_types": kinds}, window)
+    window, layers = layer_windows(kinds, window)
     return {"sliding_window": window, "sliding_window_layers": layers}
 
 

@@ -89,15 +89,11 @@ def backbone_from_config(config, architecture, dtype=None):
             local_rope_max_wavelength=local_theta,
             query_key_norm="head",
         )
-    if not config.get("layer_types"):
-        config = {
-            **config,
-            "layer_types": [
-                "sliding_attention" if (i + 1) % pattern else "full_attention"
-                for i in range(num_layers)
-            ],
-        }
-    window, layers = decoder_checkpoint.layer_windows(config, config.get("sliding_window"))
+    kinds = config.get("layer_types") or [
+        "sliding_attention" if (i + 1) % pattern else "full_attention"
+        for i in range(num_layers)
+    ]
+    window, layers = decoder_checkpoint.layer_windows(kinds, config.get("sliding_window"))
     return GemmaBackbone(
         **kwargs,
         norm_placement="sandwich",

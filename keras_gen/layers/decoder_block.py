@@ -8,6 +8,7 @@ from keras_gen.layers.mixture_of_experts import ACTIVATIONS
 from keras_gen.layers.mixture_of_experts import MixtureOfExperts
 from keras_gen.layers.mixture_of_experts import activate
 from keras_gen.layers.rms_normalization import RMSNormalization
+from keras_gen.utils.checks import check_choice
 
 # Where the RMSNorms sit around the attention and the MLP:
 # "pre"      x += attn(norm(x));        x += mlp(norm(x))         Llama, Qwen, Phi-3, Mixtral
@@ -17,11 +18,6 @@ NORM_PLACEMENTS = ("pre", "sandwich", "post")
 # Normalization of queries and keys before the rotation: per head over
 # `head_dim` (Qwen3, Gemma 3), or over the whole projection (OLMo 2).
 QUERY_KEY_NORMS = (None, "head", "projection")
-
-
-def check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {list(allowed)}. Received: {value!r}")
 
 
 class DecoderBlock(keras.layers.Layer):

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_gen.utils.checks import check_choice
+
 ACTIVATIONS = ("silu", "gelu_approximate")
 # The router's layer name; `CausalLM.quantize` leaves routers float.
 ROUTER_NAME = "router"
@@ -65,10 +67,7 @@ class MixtureOfExperts(keras.layers.Layer):
                 f"num_experts_per_token={num_experts_per_token}, "
                 f"num_experts={num_experts}"
             )
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"`activation` must be one of {ACTIVATIONS}. Received: {activation!r}"
-            )
+        check_choice("activation", activation, ACTIVATIONS)
         self.num_experts = num_experts
         self.num_experts_per_token = num_experts_per_token
         self.intermediate_dim = intermediate_dim

@@ -14,7 +14,9 @@ from keras_gen.layers.rotary_embedding import SCALINGS
 from keras_gen.models.decoder_backbone import OPTIONS
 from keras_gen.models.gpt2.gpt2_checkpoint import size
 
-# Hugging Face activation names of the two gated MLPs.
+# Hugging Face activation names of the two gated MLPs (read), and the name
+# each is written under.
+WRITTEN_ACTIVATIONS = {"silu": "silu", "gelu_approximate": "gelu_pytorch_tanh"}
 ACTIVATIONS = {
     "silu": "silu",
     "gelu_pytorch_tanh": "gelu_approximate",
@@ -82,6 +84,23 @@ def rope(config, parameters=None):
             1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(original))
         )
     return theta, {"rope_type": rope_type, **parameters}
+
+
+def attention_bias(config):
+    """The backbone options of a config's one `attention_bias` flag."""
+    bias = bool(config.get("attention_bias", False))
+    return {"query_key_value_bias": bias, "attention_output_bias": bias}
+
+
+def write_attention_bias(backbone, architecture, config):
+    """`config["attention_bias"]`, or a ValueError if the backbone's differ."""
+    if backbone.query_key_value_bias != backbone.attention_output_bias:
+        raise ValueError(
+            f"{architecture} has one `attention_bias` for the query/key/value "
+            "and output projections; this backbone sets them apart."
+        )
+    config["attention_bias"] = backbone.query_key_value_bias
+    return config
 
 
 def layer_windows(kinds, window):
@@ -186,7 +205,7 @@ def base_config(backbone, architecture, model_type):
         "hidden_size": backbone.hidden_dim,
         "intermediate_size": backbone.intermediate_dim,
         "head_dim": backbone.head_dim,
-        "hidden_act": {v: k for k, v in ACTIVATIONS.items()}[backbone.activation],
+        "hidden_act": WRITTEN_ACTIVATIONS[backbone.activation],
         "rms_norm_eps": backbone.layer_norm_epsilon,
         "rope_theta": backbone.rope_max_wavelength,
         "rope_scaling": backbone.rope_scaling,

@@ -111,6 +111,13 @@ def check_count(name, value, allow_none=False):
     return check_int(name, value, low=1, allow_none=allow_none)
 
 
+def check_choice(name, value, allowed):
+    """`value` if it is one of `allowed`, else a ValueError naming them."""
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}. Received: {value!r}")
+    return value
+
+
 def check_bool(name, value):
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}")

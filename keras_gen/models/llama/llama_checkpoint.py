@@ -17,10 +17,8 @@ CAUSAL_LM_CLASS = LlamaCausalLM
 
 
 def _llama_options(config):
-    bias = bool(config.get("attention_bias", False))
     return {
-        "query_key_value_bias": bias,
-        "attention_output_bias": bias,
+        **decoder_checkpoint.attention_bias(config),
         "mlp_bias": bool(config.get("mlp_bias", False)),
     }
 
@@ -89,7 +87,7 @@ def config_from_backbone(backbone):
         backbone, architecture, OPTIONS[architecture][0]
     )
     if architecture == "LlamaForCausalLM":
-        config["attention_bias"] = backbone.query_key_value_bias
+        decoder_checkpoint.write_attention_bias(backbone, architecture, config)
         config["mlp_bias"] = backbone.mlp_bias
     elif architecture == "MistralForCausalLM":
         config["sliding_window"] = backbone.sliding_window

@@ -16,11 +16,9 @@ FIXED = {"norm_placement": "post", "query_key_norm": "projection"}
 
 
 def backbone_from_config(config, architecture, dtype=None):
-    bias = bool(config.get("attention_bias", False))
     return Olmo2Backbone(
         **decoder_checkpoint.sizes(config, architecture),
-        query_key_value_bias=bias,
-        attention_output_bias=bias,
+        **decoder_checkpoint.attention_bias(config),
         dtype=dtype,
     )
 
@@ -32,14 +30,8 @@ def config_from_backbone(backbone):
         {"query_key_value_bias", "attention_output_bias"},
         fixed=FIXED,
     )
-    if backbone.query_key_value_bias != backbone.attention_output_bias:
-        raise ValueError(
-            f"{ARCHITECTURE} has one `attention_bias` for the query/key/value "
-            "and output projections; this backbone sets them apart."
-        )
     config = decoder_checkpoint.base_config(backbone, ARCHITECTURE, "olmo2")
-    config["attention_bias"] = backbone.query_key_value_bias
-    return config
+    return decoder_checkpoint.write_attention_bias(backbone, ARCHITECTURE, config)
 
 
 weight_map = decoder_checkpoint.weight_map

@@ -36,10 +36,8 @@ def _experts(config):
 
 
 def backbone_from_config(config, architecture, dtype=None):
-    bias = bool(config.get("attention_bias", False))
     options = {
-        "query_key_value_bias": bias,
-        "attention_output_bias": bias,
+        **decoder_checkpoint.attention_bias(config),
         **decoder_checkpoint.qwen_windows(config),
     }
     if architecture == "Qwen3MoeForCausalLM":
@@ -54,13 +52,8 @@ def config_from_backbone(backbone):
     decoder_checkpoint.check_options(
         backbone, architecture, ALLOWED, fixed={"query_key_norm": "head"}
     )
-    if backbone.query_key_value_bias != backbone.attention_output_bias:
-        raise ValueError(
-            f"{architecture} has one `attention_bias` for the query/key/value "
-            "and output projections; this backbone sets them apart."
-        )
     config = decoder_checkpoint.base_config(backbone, architecture, MODEL_TYPES[architecture])
-    config["attention_bias"] = backbone.query_key_value_bias
+    decoder_checkpoint.write_attention_bias(backbone, architecture, config)
     decoder_checkpoint.write_qwen_windows(backbone, config)
     if moe:
         dense = backbone.dense_layers or []

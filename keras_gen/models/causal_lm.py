@@ -334,7 +334,10 @@ class CausalLM(keras.Model):
             "top_log_probs": (batch, cache_length, top),
         }
         dtypes = {"top_token_ids": "int32"}
-        with sampler.bind(inputs["sampler"]):
+        processor_parameters = inputs.get("processors", [])
+        with sampler.bind(inputs["sampler"]), sampler.use_processors(
+            processors, processor_parameters
+        ):
             loop = sampler.start(
                 token_ids,
                 state,
@@ -350,6 +353,7 @@ class CausalLM(keras.Model):
                 },
                 stop_sequences=inputs.get("stop_sequences"),
             )
+            loop = sampler.start_processors(loop)
         if hasattr(sampler, "start_draft"):
             loop = sampler.start_draft(
                 loop, token_ids[:, :prefill_length], mask[:, :prefill_length]
@@ -357,7 +361,7 @@ class CausalLM(keras.Model):
         loop = {
             **loop,
             "parameters": inputs["sampler"],
-            "processor_parameters": inputs.get("processors", []),
+            "processor_parameters": processor_parameters,
         }
         if sampler.first_step_from_prompt:
             loop = self._first_step(loop, hidden_states, processors, sampler)

@@ -79,7 +79,16 @@ class GenerationRequest:
         n = sampler.num_return_sequences
         self.row_prompts = [prompt for prompt in prompts for _ in range(n)]
         self.row_ends = [end for end in self.ends for _ in range(n)]
-        self.processors = tuple(processors)
+        self.vocabulary_size = backbone.vocabulary_size
+        self.num_prompts = len(prompts) // self.prompt_repeats
+        self.processors = tuple(p.for_request(self) for p in processors)
+        keys = [p.state_key for p in self.processors if p.state_key is not None]
+        if len(keys) != len(set(keys)):
+            raise ValueError(
+                "A call takes one structured output: give each prompt its own "
+                "constraint with `StructuredOutput([...])` instead of several "
+                "processors."
+            )
         self.stop_conditions = StopConditions(
             config.stop_sequences,
             config.stop_strings,
@@ -135,6 +144,8 @@ class GenerationRequest:
         )
         prompts_lib.check_prompts(prompts, vocabulary_size)
         n = config.num_return_sequences or 1
+        # How many program rows run each prompt (before beam search's own).
+        self.prompt_repeats = 1
         if sampler.num_return_sequences != 1 or n == 1:
             self.rows_per_prompt = sampler.num_return_sequences
             return prompts
@@ -144,7 +155,7 @@ class GenerationRequest:
                 f"`num_return_sequences={n}` needs sampling or beam search: "
                 f"{type(sampler).__name__} would return {n} equal sequences."
             )
-        self.rows_per_prompt = n
+        self.rows_per_prompt = self.prompt_repeats = n
         return [prompt for prompt in prompts for _ in range(n)]
 
     def _advance_rows(self, token_ids, limits):

@@ -86,8 +86,30 @@ class LogitsProcessor(Tunable):
     ...         return ops.where(banned[None, :], float("-inf"), logits)
     """
 
+    # A processor that keeps a per-row state in the loop (structured
+    # output's automaton states) names its loop entry here; the loop starts
+    # it with `initial_state` and moves it with `advance` at every token.
+    state_key = None
+
     def __call__(self, logits, prompt, index, mask):
         raise NotImplementedError
+
+    def for_request(self, request):
+        """The processor one call runs: `self`, or a copy that holds what
+        it needs of the call (its tokenizer, its rows).
+
+        `request` is the call's `keras_gen.models.GenerationRequest`.
+        """
+        return self
+
+    def initial_state(self, rows):
+        """The `(rows, ...)` state of a stateful processor before step one."""
+        raise NotImplementedError
+
+    def advance(self, state, token, moved):
+        """The state after each row's new `(rows,)` `token`; rows where
+        `moved` is `False` (prompt tokens, finished rows) keep theirs."""
+        return state
 
     def process(self, logits, loop):
         """Apply to `logits` in the sampler loop; `loop` is its state dict.

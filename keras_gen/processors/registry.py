@@ -1,15 +1,20 @@
 """Logits processors by name, and the structure key of a processor chain."""
 
 from keras_gen.processors.bad_words import BadWords
+from keras_gen.processors.choice import Choice
 from keras_gen.processors.forced_eos import ForcedEOS
 from keras_gen.processors.frequency_penalty import FrequencyPenalty
+from keras_gen.processors.json_object import JsonObject
+from keras_gen.processors.json_schema import JsonSchema
 from keras_gen.processors.logit_bias import LogitBias
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.min_length import MinLength
 from keras_gen.processors.min_p import MinP
 from keras_gen.processors.no_repeat_ngram import NoRepeatNGram
 from keras_gen.processors.presence_penalty import PresencePenalty
+from keras_gen.processors.regex import Regex
 from keras_gen.processors.repetition_penalty import RepetitionPenalty
+from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.processors.suppress_tokens import SuppressTokens
 from keras_gen.processors.top_k import TopK
 from keras_gen.processors.top_p import TopP
@@ -29,6 +34,11 @@ PROCESSORS = {
     "top_p": TopP,
     "min_p": MinP,
     "typical": Typical,
+    "json_schema": JsonSchema,
+    "json_object": JsonObject,
+    "regex": Regex,
+    "choice": Choice,
+    "structured_output": StructuredOutput,
 }
 
 

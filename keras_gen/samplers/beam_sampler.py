@@ -205,6 +205,10 @@ class BeamSampler(Sampler):
         state = keras.tree.map_structure(lambda x: ops.take(x, beams, 0), state)
         loop = {
             **loop,
+            **{
+                key: ops.take(value, beams, axis=0)
+                for key, value in self.processor_states(loop).items()
+            },
             "token_ids": ops.take(loop["token_ids"], beams, axis=0),
             "beam_scores": ops.reshape(scores, (-1,)),
             "outputs": self._continue(

@@ -119,6 +119,9 @@ class ContrastiveSampler(Sampler):
         # `amax`, not `max`: keras' torch `max` does not compile in fullgraph.
         penalty = ops.amax(similarity, axis=-1)
         ranking = (1 - self.alpha) * probabilities - self.alpha * penalty
+        # A candidate that the processors banned (fewer than `k` allowed)
+        # is never chosen.
+        ranking = ops.where(probabilities > 0, ranking, float("-inf"))
         best = ops.argmax(ranking, axis=-1)[:, None]
         token = ops.take_along_axis(candidates, ops.cast(best, "int32"), axis=1)[:, 0]
         loop = {**loop, "context_hidden_states": context}

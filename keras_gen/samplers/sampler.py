@@ -38,6 +38,12 @@ def log_prob_outputs(scores, token, outputs):
     return values
 
 
+def _unless_all_banned(processed, fallback):
+    """`processed`, but `fallback` in rows where it bans every token."""
+    banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
+    return ops.where(banned, fallback, processed)
+
+
 class Sampler(Tunable):
     """Base class for samplers: turns logits into tokens, step by step.
 
@@ -228,14 +234,48 @@ class Sampler(Tunable):
         Steps that override `step` call this before their temperature. A row
         that the processors leave with no finite logit (all banned) falls
         back to its unprocessed logits rather than sampling from NaN.
+        Stateful processors (structured output) apply last, each falling
+        back on its own mask of the unprocessed logits: a row never leaves
+        its language.
         """
-        processed = logits
-        for processor in self.processors:
-            processed = processor.process(processed, loop)
         if not self.processors:
             return logits
-        banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
-        return ops.where(banned, logits, processed)
+        processed = logits
+        for processor in self.processors:
+            if processor.state_key is None:
+                processed = processor.process(processed, loop)
+        processed = _unless_all_banned(processed, logits)
+        for processor in self.processors:
+            if processor.state_key is not None:
+                processed = _unless_all_banned(
+                    processor.process(processed, loop), processor.process(logits, loop)
+                )
+        return processed
+
+    def processor_states(self, loop):
+        """The stateful processors' per-row states in `loop`, by loop key."""
+        return {
+            p.state_key: loop[p.state_key]
+            for p in self.processors
+            if p.state_key is not None
+        }
+
+    def start_processors(self, loop):
+        """`loop` with each stateful processor's initial per-row state."""
+        rows = ops.shape(loop["token_ids"])[0]
+        for processor in self.processors:
+            if processor.state_key is not None:
+                loop = {**loop, processor.state_key: processor.initial_state(rows)}
+        return loop
+
+    def advance_processors(self, states, token, moved=None):
+        """The stateful processors' states (`states` by loop key) after
+        each row's `token`."""
+        return {
+            p.state_key: p.advance(states[p.state_key], token, moved)
+            for p in self.processors
+            if p.state_key is not None
+        }
 
     @contextlib.contextmanager
     def use_processors(self, processors, parameters=None):
@@ -273,8 +313,10 @@ class Sampler(Tunable):
                 is_stop, stopping.stop_match(token_ids, index, loop["stop_sequences"])
             )
         stopped = ops.logical_and(ops.logical_not(in_prompt), is_stop)
+        moved = ops.logical_and(ops.logical_not(in_prompt), ops.logical_not(loop["done"]))
         return {
             **loop,
+            **self.advance_processors(loop, token, moved),
             "token_ids": token_ids,
             "state": state,
             "index": index + 1,
@@ -322,7 +364,7 @@ class Sampler(Tunable):
         with self.bind(self.get_parameter_tensors()), self.use_processors(
             processors
         ):
-            return self.finish(self.run(next, loop))
+            return self.finish(self.run(next, self.start_processors(loop)))
 
     def get_config(self):
         return {"temperature": self.temperature, "seed": self.seed}

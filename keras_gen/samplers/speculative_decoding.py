@@ -273,7 +273,8 @@ class SpeculativeSampler(Sampler):
         """Processed, tempered `(batch, vocab)` scores for per-row positions.
 
         Processors take one scalar index, so with processors each row is
-        processed on its own (the batch size is static).
+        processed on its own (the batch size is static). Stateful
+        processors read their states at those positions from `loop`.
         """
         logits = ops.cast(logits, "float32")
         if self.processors:
@@ -281,6 +282,10 @@ class SpeculativeSampler(Sampler):
             for b in range(ops.shape(logits)[0]):
                 row_loop = {
                     **loop,
+                    **{
+                        key: state[b : b + 1]
+                        for key, state in self.processor_states(loop).items()
+                    },
                     "token_ids": token_ids[b : b + 1],
                     "mask": loop["mask"][b : b + 1],
                     "end": loop["end"][b : b + 1],
@@ -320,10 +325,12 @@ class SpeculativeSampler(Sampler):
             logits, (lengths - 1 - first)[:, None, None], axis=1
         )[:, 0]
         drafts, probabilities = [], []
+        states = self.processor_states(loop)
         for j in range(count):
             position = lengths + j
-            scores = self._scores(logits, loop, token_ids, position)
+            scores = self._scores(logits, {**loop, **states}, token_ids, position)
             token, probs = self._draw(scores, self._seed(loop, j))
+            states = self.advance_processors(states, token)
             token_ids = backend.update_rows(token_ids, token[:, None], position, 1)
             drafts.append(token)
             probabilities.append(probs)
@@ -384,9 +391,15 @@ class SpeculativeSampler(Sampler):
             verify, loop["state"], lengths - 1
         )
         logits = ops.cast(logits, "float32")
+        # Stateful processors (structured output) score each position in
+        # the state the drafts before it lead to: a draft that leaves the
+        # language has probability 0 and is rejected.
+        states = [self.processor_states(loop)]
+        for j in range(count):
+            states.append(self.advance_processors(states[-1], drafts[:, j]))
         scores = ops.stack(
             [
-                self._scores(logits[:, j], loop, token_ids, lengths + j)
+                self._scores(logits[:, j], {**loop, **states[j]}, token_ids, lengths + j)
                 for j in range(count + 1)
             ],
             axis=1,
@@ -404,6 +417,7 @@ class SpeculativeSampler(Sampler):
         )
         return {
             **loop,
+            **self._kept_states(loop, tokens, kept),
             "token_ids": token_ids,
             "state": state,
             "draft_state": draft_state,
@@ -413,6 +427,17 @@ class SpeculativeSampler(Sampler):
             "accepted_tokens": loop["accepted_tokens"]
             + ops.minimum(ops.minimum(accepted, kept), usable),
             "draft_tokens": loop["draft_tokens"] + usable,
+        }
+
+    def _kept_states(self, loop, tokens, kept):
+        """The stateful processors' states after each row's `kept` of its
+        new `(batch, K + 1)` tokens."""
+        walk = [self.processor_states(loop)]
+        for j in range(ops.shape(tokens)[1] if walk[0] else 0):
+            walk.append(self.advance_processors(walk[-1], tokens[:, j]))
+        return {
+            key: take_rows(ops.stack([w[key] for w in walk], axis=1), kept[:, None])[:, 0]
+            for key in walk[0]
         }
 
     def _stop(self, loop, token_ids, tokens, kept):

@@ -1,7 +1,10 @@
 """A thin wrapper around a Hugging Face `tokenizers` tokenizer."""
 
+import functools
+import hashlib
 import json
 import os
+import re
 
 import tokenizers
 
@@ -27,6 +30,30 @@ def _token_content(token):
     # `tokenizer_config.json` writes a token as a string or as an
     # `AddedToken` dict with its text under "content".
     return token.get("content") if isinstance(token, dict) else token
+
+
+def _byte_decoder():
+    """GPT-2's byte-level alphabet: the byte each character stands for."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD)]
+    printable += range(0xAE, 0x100)
+    characters = {b: chr(b) for b in printable}
+    others = [b for b in range(256) if b not in characters]
+    characters.update({b: chr(256 + i) for i, b in enumerate(others)})
+    return {c: b for b, c in characters.items()}
+
+
+def _uses_byte_level(component):
+    # A decoder is one component or a `Sequence` of them.
+    if not isinstance(component, dict):
+        return False
+    return component.get("type") == "ByteLevel" or any(
+        _uses_byte_level(c) for c in component.get("decoders", [])
+    )
+
+
+# SentencePiece's word boundary and byte-fallback tokens (Llama 2, Gemma).
+_SPACE = "\u2581"
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def _as_list(ids):
@@ -155,6 +182,39 @@ class Tokenizer:
         return self.tokenizer.decode(
             [int(t) for t in token_ids], skip_special_tokens=skip_special_tokens
         )
+
+    @functools.cached_property
+    def fingerprint(self):
+        """A digest of the tokenizer's contents: equal tokenizers, equal
+        fingerprints (caches of per-vocabulary work are keyed by it)."""
+        return hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()
+
+    @functools.cached_property
+    def token_bytes(self):
+        """The bytes each token id stands for (`None` for special tokens).
+
+        Byte-level vocabularies (GPT-2, Llama 3, Qwen) map characters back
+        to bytes; SentencePiece ones (Llama 2, Gemma) read the word
+        boundary as a space and `<0xNN>` as byte `NN`; other tokens are
+        their UTF-8. Structured output walks its automata over these bytes.
+        """
+        specification = json.loads(self.tokenizer.to_str())
+        byte_level = _uses_byte_level(specification.get("decoder"))
+        added = self.tokenizer.get_added_tokens_decoder()
+        decoder = _byte_decoder()
+        table = [None] * self.vocabulary_size
+        for token, token_id in self.tokenizer.get_vocab(with_added_tokens=True).items():
+            byte = _BYTE_TOKEN.fullmatch(token)
+            if token_id in added:
+                if not added[token_id].special:
+                    table[token_id] = token.encode()
+            elif byte_level and all(c in decoder for c in token):
+                table[token_id] = bytes(decoder[c] for c in token)
+            elif byte:
+                table[token_id] = bytes([int(byte.group(1), 16)])
+            else:
+                table[token_id] = token.replace(_SPACE, " ").encode()
+        return table
 
     def token_to_id(self, token):
         return self.tokenizer.token_to_id(token)

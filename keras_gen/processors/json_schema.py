@@ -1,0 +1,54 @@
+"""Output that is JSON valid under a JSON schema."""
+
+import copy
+import json
+
+from keras_gen.processors.structured_output import StructuredOutput
+from keras_gen.sampling.json_schema import schema_regex
+
+
+class JsonSchema(StructuredOutput):
+    """Every row's text is JSON that validates against `schema`.
+
+    The schema becomes a regular expression with outlines-core (objects,
+    required and optional properties, arrays with `minItems`/`maxItems`,
+    enums and consts, strings with `pattern`, `minLength`, `maxLength` and
+    `format`, `anyOf`, `$ref`), plus integer and number bounds
+    (`minimum`, `maximum` and their exclusive forms), which outlines-core
+    leaves out. Numbers under bounds are written without exponent, and a
+    fractional bound of a number is moved inwards to an integer. At most
+    one space separates JSON tokens. See `StructuredOutput`.
+
+    Args:
+        schema: a JSON schema, as a dict or a JSON string.
+
+    Raises:
+        ValueError: the schema is not JSON or cannot be compiled (the
+            message says what outlines-core found).
+
+    Examples:
+    >>> schema = {"type": "object", "properties": {
+    ...     "name": {"type": "string", "maxLength": 20},
+    ...     "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+    ...     "required": ["name", "age"]}
+    >>> lm.generate("A person:", processors=[JsonSchema(schema)])  # doctest: +SKIP
+    """
+
+    def __init__(self, schema):
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"`schema` is not valid JSON: {error}") from None
+        if not isinstance(schema, dict):
+            raise TypeError(f"`schema` must be a dict. Received: {schema!r}")
+        self.schema = copy.deepcopy(schema)
+        self._pattern = schema_regex(self.schema)  # raises for a bad schema
+        self.constraints = None
+        self.tables = None
+
+    def pattern(self):
+        return self._pattern
+
+    def get_config(self):
+        return {"schema": self.schema}

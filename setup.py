@@ -34,6 +34,8 @@ setup(
         "safetensors",
         # The serving engine's metrics (`keras_gen.serving.Engine`).
         "prometheus-client>=0.17",
+        # Structured output: regex and JSON schema automata over tokens.
+        "outlines-core>=0.2.10,<0.3",
     ],
     extras_require={
         "jax": JAX,
@@ -51,6 +53,8 @@ setup(
             *TORCH,
             "keras-hub",
             "transformers",
+            # Structured output tests validate what they generate.
+            "jsonschema",
             # A CPU peer of tools/benchmark.py (its smoke test runs it).
             "ctranslate2",
         ],

@@ -150,6 +150,21 @@ def _add_generate(commands):
         metavar="STRING",
         help="stop once the text contains one of these strings",
     )
+    structured = generate.add_mutually_exclusive_group()
+    structured.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help="generate JSON valid under the JSON schema in FILE",
+    )
+    structured.add_argument(
+        "--regex", metavar="PATTERN", help="generate text that matches PATTERN"
+    )
+    structured.add_argument(
+        "--choice",
+        nargs="+",
+        metavar="TEXT",
+        help="generate exactly one of these texts",
+    )
     generate.add_argument(
         "--no-stream", action="store_true", help="print the text once it is done"
     )
@@ -302,13 +317,34 @@ def generation_options(args):
     options.update(_sampler_options(args.sampler, options))
     if args.stop:
         options["stop_strings"] = args.stop
+    flag, response_format = _response_format(args)
+    if response_format is not None:
+        options["response_format"] = response_format
     try:
         return GenerationConfig(**options)
     except (TypeError, ValueError) as error:
         message = _first_line(error)
         for name in options:
-            message = message.replace(f"`{name}`", _flag(name))
+            shown = flag if name == "response_format" else _flag(name)
+            message = message.replace(f"`{name}`", shown)
         raise UsageError(message) from None
+
+
+def _response_format(args):
+    """`(flag, response_format)` of `--json-schema`, `--regex` or
+    `--choice`; `(None, None)` without them."""
+    if args.json_schema is not None:
+        try:
+            with open(args.json_schema, encoding="utf-8") as f:
+                schema = json.load(f)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--json-schema {args.json_schema}: {error}") from None
+        return "--json-schema", {"json": schema}
+    if args.regex is not None:
+        return "--regex", {"regex": args.regex}
+    if args.choice is not None:
+        return "--choice", {"choice": args.choice}
+    return None, None
 
 
 def _flag(option):

@@ -79,6 +79,21 @@ def _logit_bias(name, value):
         raise type(error)(f"`{name}`: {error}") from None
 
 
+def _response_format(name, value):
+    from keras_gen import processors
+
+    if not isinstance(value, (dict, list, tuple)):
+        raise TypeError(
+            f"`{name}` must be a dict (or a list of them, one per prompt): "
+            f"{processors.response_format.FORMS}. Received: {value!r}"
+        )
+    try:
+        processors.from_response_format(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"`{name}`: {error}") from None
+    return value
+
+
 def option(check, group, help):
     """A field: unset (`None`) by default, with its check (`check(name,
     value)` returns the value to keep), group and help.
@@ -212,6 +227,12 @@ class GenerationConfig:
         checks.check_token_ids,
         "processors",
         "End token forced at each row's last position.",
+    )
+    response_format: dict = option(
+        _response_format,
+        "processors",
+        "Structured output: a JSON schema, JSON object, regex or choice "
+        "(OpenAI's or vLLM's form; a list: one per prompt).",
     )
     # Stopping.
     eos_token_id: list = option(

@@ -4,6 +4,7 @@ import copy
 import json
 
 from keras_gen.processors.structured_output import StructuredOutput
+from keras_gen.sampling.automaton import check_regex
 from keras_gen.sampling.json_schema import schema_regex
 
 
@@ -43,7 +44,8 @@ class JsonSchema(StructuredOutput):
         if not isinstance(schema, dict):
             raise TypeError(f"`schema` must be a dict. Received: {schema!r}")
         self.schema = copy.deepcopy(schema)
-        self._pattern = schema_regex(self.schema)  # raises for a bad schema
+        # Raises for a bad schema, or a `pattern` in it that cannot compile.
+        self._pattern = check_regex(schema_regex(self.schema), "schema")
         self.constraints = None
         self.tables = None
 

@@ -1,6 +1,7 @@
 """Output that matches a regular expression."""
 
 from keras_gen.processors.structured_output import StructuredOutput
+from keras_gen.sampling.automaton import check_regex
 
 
 class Regex(StructuredOutput):
@@ -11,8 +12,8 @@ class Regex(StructuredOutput):
     look-around or back-references). See `StructuredOutput`.
 
     Args:
-        pattern: a regular expression; a pattern that does not compile is
-            a `ValueError` when the first call builds its automaton.
+        pattern: a regular expression (one that does not compile is a
+            `ValueError`).
 
     Examples:
     >>> lm.generate("Phone:", processors=[Regex(r"\\d{3}-\\d{4}")])  # doctest: +SKIP
@@ -23,7 +24,7 @@ class Regex(StructuredOutput):
             raise TypeError(
                 f"`pattern` must be a non-empty string. Received: {pattern!r}"
             )
-        self.regex = pattern
+        self.regex = check_regex(pattern)
         self.constraints = None
         self.tables = None
 

@@ -165,6 +165,8 @@ class StructuredOutput(LogitsProcessor):
     def get_config(self):
         from keras_gen.processors import registry
 
+        if self.constraints is None:  # one constraint; subclasses say which
+            return {}
         return {
             "constraints": [
                 None if c is None else registry.serialize(c) for c in self.constraints

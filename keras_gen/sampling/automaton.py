@@ -55,6 +55,24 @@ def pack_bits(token_lists, vocabulary_size):
     return packed.view("<u4")[..., 0].astype(np.uint32).view(np.int32)
 
 
+def check_regex(pattern, name="pattern"):
+    """Raise a `ValueError` naming `name` if outlines-core cannot compile
+    `pattern` (built over single bytes: the syntax is checked, whatever
+    the tokenizer)."""
+    vocabulary = _vocabularies.get(
+        "bytes", lambda: Vocabulary(256, {bytes([b]): [b] for b in range(256)})
+    )
+    try:
+        Index(pattern, vocabulary)
+    except Exception as error:  # outlines-core raises plain errors
+        raise ValueError(
+            f"`{name}` {pattern[:200]!r} is not a regular expression outlines-core "
+            f"compiles ({error}): the syntax is Rust's `regex`, without "
+            "look-around or back-references."
+        ) from None
+    return pattern
+
+
 def _vocabulary(tokenizer, vocabulary_size):
     """outlines-core's `Vocabulary` of the tokenizer's non-special tokens."""
 

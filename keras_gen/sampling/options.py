@@ -40,6 +40,7 @@ PROCESSOR_CLASSES = {
     "presence_penalty": processors_lib.PresencePenalty,
     "no_repeat_ngram_size": processors_lib.NoRepeatNGram,
     "forced_eos_token_id": processors_lib.ForcedEOS,
+    "response_format": processors_lib.StructuredOutput,
 }
 # Candidates per step of contrastive search when `top_k` does not say.
 CONTRASTIVE_TOP_K = 4
@@ -115,6 +116,9 @@ def build_processors(config, complete=False):
         chain.append(processors_lib.NoRepeatNGram(config.no_repeat_ngram_size))
     if config.forced_eos_token_id:
         chain.append(processors_lib.ForcedEOS(config.forced_eos_token_id))
+    constraint = processors_lib.from_response_format(config.response_format)
+    if constraint is not None:
+        chain.append(constraint)
     return chain
 
 
@@ -196,12 +200,20 @@ def _adjust(chain, call):
     }
     adjusted = []
     for processor in chain:
-        if type(processor) not in kinds:
+        if _kind(processor) not in kinds:
             adjusted.append(processor)
             continue
-        replacement = [p for p in new if type(p) is type(processor)]
+        replacement = [p for p in new if _kind(p) is _kind(processor)]
         adjusted += [p for p in replacement if p not in adjusted]
     return tuple(adjusted + [p for p in new if p not in adjusted])
+
+
+def _kind(processor):
+    """The processor class an option builds: every structured output is
+    `response_format`'s kind."""
+    if isinstance(processor, processors_lib.StructuredOutput):
+        return processors_lib.StructuredOutput
+    return type(processor)
 
 
 def _value(config, name):

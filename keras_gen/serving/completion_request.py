@@ -20,6 +20,14 @@ OPTION_FIELDS = {
     "min_tokens": "min_new_tokens",
     "seed": "seed",
 }
+# vLLM's structured output fields: `structured_outputs` (an object) and
+# the older `guided_*` ones, by the key they set in it.
+GUIDED_FIELDS = {
+    "guided_json": "json",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+}
 # Chat roles a message may have.
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -77,9 +85,12 @@ class CompletionRequest:
     `n`, `logprobs` (completions: an int, top alternatives per token; chat:
     a bool with `top_logprobs`), `presence_penalty`, `frequency_penalty`,
     `repetition_penalty`, `logit_bias`, `stream`,
-    `stream_options.include_usage`, and vLLM's `ignore_eos`, `min_tokens`
-    and `stop_token_ids`. vLLM's `use_beam_search: true` is refused (400).
-    Other fields are ignored.
+    `stream_options.include_usage`, `response_format` (`json_object` and
+    `json_schema`), and vLLM's `ignore_eos`, `min_tokens`,
+    `stop_token_ids`, `structured_outputs` (`json`, `regex`, `choice`,
+    `json_object`) and `guided_json`, `guided_regex` and `guided_choice`.
+    vLLM's `use_beam_search: true` and grammars are refused (400). Other
+    fields are ignored.
 
     The options become `config`, a `GenerationConfig` (which checks every
     value) of what the request sets; the engine puts it over the server's
@@ -293,7 +304,9 @@ class CompletionRequest:
         if extra or self.ignore_eos:
             ends = [] if self.ignore_eos else list(model.end_token_ids)
             options["stop_token_ids"] = ends + extra
+        field, response_format = self._read_response_format(body)
         options.update(
+            response_format=response_format,
             max_new_tokens=self.max_tokens,
             stop_strings=list(self.stop) or None,
             output_log_probs=self.logprobs is not None or None,
@@ -301,6 +314,7 @@ class CompletionRequest:
         )
         fields = {option: field for field, option in OPTION_FIELDS.items()}
         fields["stop_token_ids"] = "stop_token_ids"
+        fields["response_format"] = field
         try:
             return GenerationConfig(
                 **{k: v for k, v in options.items() if v is not None}
@@ -314,6 +328,53 @@ class CompletionRequest:
                     "invalid_type" if isinstance(error, TypeError) else "invalid_value"
                 ),
             ) from None
+
+    def _read_response_format(self, body):
+        """`(field, value)`: the request's structured output, as the field
+        that set it and a `response_format` option (`(None, None)`)."""
+        given = {}
+        response_format = body.get("response_format")
+        if response_format is not None:
+            if not isinstance(response_format, dict):
+                raise APIError(
+                    "'response_format' must be an object.",
+                    param="response_format",
+                    code="invalid_type",
+                )
+            if response_format.get("type") != "text":
+                given["response_format"] = response_format
+        structured = body.get("structured_outputs")
+        if structured is not None:
+            if not isinstance(structured, dict):
+                raise APIError(
+                    "'structured_outputs' must be an object.",
+                    param="structured_outputs",
+                    code="invalid_type",
+                )
+            keys = ("json", "regex", "choice", "json_object", "grammar")
+            given["structured_outputs"] = {
+                k: v for k, v in structured.items() if k in keys
+            }
+        for name, key in GUIDED_FIELDS.items():
+            if body.get(name) is not None:
+                given[name] = {key: body[name]}
+        if body.get("guided_json_object"):  # an older vLLM spelling
+            given["guided_json_object"] = {"json_object": True}
+        if len(given) > 1:
+            raise APIError(
+                f"Give one structured output: received {sorted(given)}.",
+                param=sorted(given)[1],
+            )
+        if not given:
+            return None, None
+        (field, value), = given.items()
+        if value.get("grammar") is not None:
+            raise APIError(
+                "Grammars are not supported: give a JSON schema, a regex or "
+                "a choice.",
+                param=field,
+            )
+        return field, value
 
     def _read_logit_bias(self, body, model):
         """OpenAI's `logit_bias`: token id strings to biases in [-100, 100]."""

@@ -17,8 +17,12 @@ from keras_gen.models.generation_request import MIN_CACHE_LENGTH
 from keras_gen.models.generation_request import MIN_PREFILL_LENGTH
 from keras_gen.models.generation_request import STOP_TOKEN_SLOTS
 from keras_gen.models.generation_request import GenerationRequest
+from keras_gen.processors import from_response_format
 from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.sampling import options as options_lib
+from keras_gen.sampling.automaton import Automaton
+from keras_gen.sampling.constraint_tables import FREE
+from keras_gen.sampling.constraint_tables import ConstraintTables
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
@@ -64,11 +68,12 @@ class EngineClosed(RuntimeError):
 class _Job:
     """A submitted request: its reader, handle, rows and timings."""
 
-    def __init__(self, reader, handle, settings, max_time):
+    def __init__(self, reader, handle, settings, max_time, automaton=None):
         self.reader = reader
         self.handle = handle
         self.settings = settings
         self.max_time = max_time
+        self.automaton = automaton  # its structured output, or None
         self.slots = []
         self.submitted = self.admitted = time.perf_counter()
         self.last_delivery = [None] * handle.rows
@@ -93,7 +98,11 @@ class Engine:
     1e-5, decodes greedily in the same step as sampled rows), top-k, top-p,
     min-p, repetition, frequency and presence penalties, logit biases
     (suppressed tokens and one-token bad words are `-inf` biases), the
-    minimum of new tokens, stop token ids, the seed and the length; stop
+    minimum of new tokens, stop token ids, the seed, the length and the
+    structured output (`response_format`: each slot carries its automaton
+    state; the automata of the running requests share one set of padded
+    tables, rebuilt when a request brings a new one, so another schema of
+    the same size bucket does not recompile); stop
     strings and sequences and `max_time` are matched on the host between
     chunks. After each prompt bucket has run once, no request compiles
     anything.
@@ -177,6 +186,9 @@ class Engine:
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
         self._programs = {}
+        # The running requests' automata, packed, and their device copies.
+        self._tables = ConstraintTables([], lm.backbone.vocabulary_size)
+        self._table_tensors = None
         self._thread = threading.Thread(
             target=self._run, name="keras-gen-engine", daemon=True
         )
@@ -344,7 +356,8 @@ class Engine:
                 f"{self.max_length}."
             )
         settings = _settings(config, reader, lm.backbone.vocabulary_size)
-        return _Job(reader, GenerationHandle(rows), settings, config.max_time)
+        automaton = _automaton(config, reader, lm)
+        return _Job(reader, GenerationHandle(rows), settings, config.max_time, automaton)
 
     # The step thread.
 
@@ -395,6 +408,7 @@ class Engine:
                 self._jobs.append(job)
                 self.metrics.waiting.set(len(self._waiting))
             self.metrics.running.set(len(self._jobs))
+            self._load_automaton(job)
             for row, slot in enumerate(job.slots):
                 self._seed_slot(job, row, slot)
             self.metrics.prompt_tokens.inc(sum(map(len, job.reader.row_prompts)))
@@ -415,6 +429,7 @@ class Engine:
         host["stop_token_ids"][slot] = settings["stop_token_ids"]
         host["logit_bias"][slot] = settings["logit_bias"]
         host["seeds"][slot] = (settings["seed"], row * ROW_STRIDE)
+        host["constraint_states"][slot] = self._tables.start_state(job.automaton)
         bucket = min(self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH))
         self._admit_prompt(slot, prompt, bucket)
 
@@ -430,6 +445,30 @@ class Engine:
             ops.convert_to_tensor(token_ids, "int32"),
             ops.convert_to_tensor(mask, "bool"),
         )["state"]
+
+    def _load_automaton(self, job):
+        """Make room for `job`'s automaton in the tables: when they lack
+        it, pack the running requests' automata anew and renumber the
+        running slots' states."""
+        automaton = job.automaton
+        if automaton is None or automaton.key in self._tables.keys:
+            return
+        needed = {}
+        for running in self._jobs:
+            if running.automaton is not None:
+                needed.setdefault(running.automaton.key, running.automaton)
+        tables = ConstraintTables(needed.values(), self._tables.vocabulary_size)
+        states = self._host["constraint_states"]
+        held = {slot for running in self._jobs for slot in running.slots}
+        for slot in set(range(self.num_slots)) - held:
+            states[slot] = FREE  # no stale state numbers past the new tables
+        for running in self._jobs:
+            if running is job or running.automaton is None:
+                continue
+            for slot in running.slots:
+                _, local = self._tables.local_state(int(states[slot]))
+                states[slot] = tables.start_state(running.automaton) + local
+        self._tables, self._table_tensors = tables, None
 
     def _chunk_steps(self):
         if self.chunk_size is not None:
@@ -453,10 +492,18 @@ class Engine:
             loop[name] = ops.convert_to_tensor(array[:rows])
         loop["step"] = ops.convert_to_tensor(0, "int32")
         loop["until"] = ops.convert_to_tensor(steps, "int32")
+        if self._table_tensors is None:
+            self._table_tensors = {
+                name: ops.convert_to_tensor(array)
+                for name, array in self._tables.arrays.items()
+            }
+        shapes = tuple(array.shape for array in self._tables.arrays.values())
         with backend.no_grad():
-            loop = self._program("decode", (rows, cache_length))(loop)
+            loop = self._program("decode", (rows, cache_length, shapes))(
+                loop, self._table_tensors
+            )
         self._device = loop["state"]
-        for name in ("positions", "running") + _READ:
+        for name in ("positions", "running", "constraint_states") + _READ:
             self._host[name][:rows] = ops.convert_to_numpy(loop[name])
         if timed:
             seconds = (time.perf_counter() - started) / steps
@@ -579,6 +626,7 @@ class Engine:
             "stop_token_ids": np.full((slots, STOP_TOKEN_SLOTS), -1, "int32"),
             "logit_bias": np.zeros((slots, vocabulary_size), "float32"),
             "seeds": np.zeros((slots, 2), "int32"),
+            "constraint_states": np.full((slots,), FREE, "int32"),
             "log_probs": np.zeros((slots, length), "float32"),
             "top_log_probs": np.zeros((slots, length, self.top_logprobs), "float32"),
             "top_token_ids": np.zeros((slots, length, self.top_logprobs), "int32"),
@@ -620,6 +668,30 @@ def _prompt_ids(prompt, tokenizer):
             "ids); use `Engine.generate` for several."
         )
     return prompts[0]
+
+
+def _automaton(config, reader, lm):
+    """The automaton of a request's `response_format`, or `None`."""
+    constraint = from_response_format(config.response_format)
+    if constraint is None:
+        return None
+    if constraint.constraints is not None:
+        if len(constraint.constraints) != 1:
+            raise ValueError(
+                "`Engine.submit` takes one prompt: give one `response_format`, "
+                f"not a list of {len(constraint.constraints)}."
+            )
+        constraint = constraint.constraints[0]
+        if constraint is None:
+            return None
+    if not reader.stop_token_ids:
+        raise ValueError(
+            "Structured output ends a row with a stop token once the text is "
+            "complete: this request has none. Give `stop_token_ids`."
+        )
+    return Automaton.from_regex(
+        constraint.pattern(), lm.tokenizer, lm.backbone.vocabulary_size
+    )
 
 
 def _settings(config, reader, vocabulary_size):

@@ -8,14 +8,16 @@ slot's settings, `(slots, 1)` tensors that broadcast against
 - `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
   one prompt (one program per prompt length bucket) and touches no other
   row;
-- `decode(loop, cache_length)` runs the model one step for every slot (or
+- `decode(loop, tables, cache_length)` runs the model one step for every
+  slot, masking structured outputs with the automaton `tables` (or
   the first slots, over the first positions: one program per row and
   length bucket), up to `loop["until"]` steps: each running slot
   processes, samples and writes its own token at its own position.
 
 A slot's tokens are those `CausalLM.generate` gives the same request alone:
 the same processors (minimum length, biases, repetition, frequency and
-presence penalties, in that order), temperature (below 1e-5 greedy) and
+presence penalties, in that order, then the structured output's mask),
+temperature (below 1e-5 greedy) and
 filters (min-p, top-k, top-p), and random draws keyed by the request's seed,
 the row's index within the request and the position, never by the slot.
 """
@@ -26,6 +28,9 @@ from keras_gen import backend
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.samplers.random_sampler import sample_from_logits
+from keras_gen.sampling.constraint_tables import FREE
+from keras_gen.sampling.constraint_tables import allowed_tokens
+from keras_gen.sampling.constraint_tables import next_states
 from keras_gen.sampling.filters import filter_logits
 from keras_gen.sampling.filters import min_p_filter
 from keras_gen.sampling.filters import top_k_filter
@@ -70,7 +75,7 @@ def admit(backbone, loop, slot, token_ids, mask):
     return {**loop, "state": state}
 
 
-def decode(backbone, loop, cache_length):
+def decode(backbone, loop, tables, cache_length):
     """Step every running slot until none runs or `loop["until"]` steps.
 
     The settings and buffers of `loop` may cover only the first slots (a
@@ -85,10 +90,12 @@ def decode(backbone, loop, cache_length):
     cache = loop["state"]
     rows = ops.shape(loop["running"])[0]
     if (rows, cache_length) == tuple(ops.shape(cache[0][0])[::2]):
-        return backend.while_loop(cond, lambda loop: _step(backbone, loop), loop)
+        return backend.while_loop(
+            cond, lambda loop: _step(backbone, loop, tables), loop
+        )
     state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
     loop = backend.while_loop(
-        cond, lambda loop: _step(backbone, loop), {**loop, "state": state}
+        cond, lambda loop: _step(backbone, loop, tables), {**loop, "state": state}
     )
     zero = ops.zeros((), "int32")
     state = tuple(
@@ -101,7 +108,7 @@ def decode(backbone, loop, cache_length):
     return {**loop, "state": state}
 
 
-def _step(backbone, loop):
+def _step(backbone, loop, tables):
     positions, running = loop["positions"], loop["running"]
     token_ids = loop["token_ids"]
     length = ops.shape(token_ids)[1]
@@ -109,7 +116,7 @@ def _step(backbone, loop):
     last = take_rows(token_ids, (positions - 1)[:, None])
     logits, _, state = backbone.call_with_state(last, loop["state"], positions - 1)
     logits = ops.cast(logits[:, 0], "float32")
-    scores = _tempered(_processed(logits, loop), loop)
+    scores = _tempered(_processed(logits, loop, tables), loop)
     token = _choose(scores, loop)
     log_probs = ops.log_softmax(scores, axis=-1)
     chosen = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
@@ -141,6 +148,14 @@ def _step(backbone, loop):
     finished = ops.logical_or(is_stop, positions + 1 >= loop["ends"])
     return {
         **loop,
+        "constraint_states": next_states(
+            tables["keys"],
+            tables["targets"],
+            loop["constraint_states"],
+            token,
+            ops.shape(logits)[-1],
+            moved=running,
+        ),
         "state": state,
         "token_ids": write(token_ids, token),
         "log_probs": write(loop["log_probs"], chosen),
@@ -163,7 +178,7 @@ def _any_running(loop, wanted):
     return ops.any(ops.logical_and(loop["running"], wanted))
 
 
-def _processed(logits, loop):
+def _processed(logits, loop, tables):
     """The logits processors of every slot, with its own settings.
 
     As `MinLength`, `LogitBias`, `RepetitionPenalty`, `FrequencyPenalty`
@@ -206,7 +221,29 @@ def _processed(logits, loop):
         loop["presence_penalty"],
     )
     banned = ops.all(processed == NEG_INF, axis=-1, keepdims=True)
-    return ops.where(banned, logits, processed)
+    processed = ops.where(banned, logits, processed)
+    return backend.cond(
+        _any_running(loop, loop["constraint_states"] != FREE),
+        _constrained,
+        lambda processed, logits, *tables: processed,
+        processed,
+        logits,
+        loop["constraint_states"],
+        loop["stop_token_ids"],
+        tables["allowed"],
+        tables["accepting"],
+    )
+
+
+def _constrained(processed, logits, states, stop_token_ids, allowed, accepting):
+    """Each slot's structured output mask, as `StructuredOutput` applies
+    it: after the other processors, falling back on the masked
+    unprocessed logits where they leave nothing."""
+    vocabulary_size = ops.shape(logits)[-1]
+    mask = allowed_tokens(allowed, accepting, states, stop_token_ids, vocabulary_size)
+    constrained = ops.where(mask, processed, NEG_INF)
+    banned = ops.all(constrained == NEG_INF, axis=-1, keepdims=True)
+    return ops.where(banned, ops.where(mask, logits, NEG_INF), constrained)
 
 
 def _penalized(

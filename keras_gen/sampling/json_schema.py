@@ -1,9 +1,12 @@
 """Regular expressions for JSON schemas, with the numeric bounds kept.
 
 `outlines-core` turns a JSON schema into a regular expression but drops
-`minimum` and `maximum`. Here bounded integers and numbers are set aside
-before it runs (as placeholders) and replaced by expressions that hold
-only numbers within their bounds.
+`minimum` and `maximum`. Here bounded integers, and all numbers, are set
+aside before it runs (as placeholders) and replaced by expressions that
+hold only numbers within their bounds, written without exponent and with
+at most `MAX_FRACTION_DIGITS` digits after the point (a float64 holds 15
+to 17 significant digits), so that a sampled number cannot run on until
+the length limit.
 """
 
 import json
@@ -14,9 +17,11 @@ from outlines_core import json_schema as outlines_schema
 # JSON's whitespace between tokens: at most one space (outlines-core's
 # default), so that a model cannot spend its length limit on blanks.
 WHITESPACE = r"[ ]?"
-FRACTION = r"(\.[0-9]+)?"
-ZERO_FRACTION = r"(\.0+)?"
-NONZERO_FRACTION = r"\.[0-9]*[1-9][0-9]*"
+MAX_FRACTION_DIGITS = 15
+FRACTION = rf"(\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?"
+ZERO_FRACTION = rf"(\.0{{1,{MAX_FRACTION_DIGITS}}})?"
+# A fraction that is not zero: it ends with a non-zero digit.
+NONZERO_FRACTION = rf"\.[0-9]{{0,{MAX_FRACTION_DIGITS - 1}}}[1-9]"
 
 
 def _same_length(low, high):
@@ -144,17 +149,17 @@ def _bound(schema, name, exclusive_name, tighter):
     return tighter(candidates, key=lambda c: (c[0], c[1] == (tighter is max)))
 
 
-def _bounded_regex(schema):
-    """The regex of a bounded integer or number schema, or `None`."""
+def _numeric_regex(schema):
+    """The regex of a number schema or a bounded integer one, or `None`."""
     kind = schema.get("type")
     if kind not in ("integer", "number"):
         return None
     low, low_open = _bound(schema, "minimum", "exclusiveMinimum", max)
     high, high_open = _bound(schema, "maximum", "exclusiveMaximum", min)
-    if low is None and high is None:
-        return None
     if kind == "number":
         return number_regex(low, high, low_open, high_open)
+    if low is None and high is None:
+        return None
     if low is not None:
         low = math.floor(low) + 1 if low_open else math.ceil(low)
     if high is not None:
@@ -193,7 +198,7 @@ def schema_regex(schema):
             return [set_aside(item) for item in node]
         if not isinstance(node, dict):
             return node
-        pattern = _bounded_regex(node)
+        pattern = _numeric_regex(node)
         if pattern is not None:
             marker = f"kgbound{len(placeholders)}x"
             while marker in text:

@@ -40,6 +40,9 @@ class ConstraintTables:
         automata: a list of `keras_gen.sampling.automaton.Automaton`s (each
             packed once, however many rows follow it).
         vocabulary_size: the model's vocabulary size.
+        min_shapes: `None`, or the `arrays` shapes of earlier tables: these
+            are at least as large (the serving engine's tables only grow,
+            so that their programs settle).
 
     Attributes:
         offsets: the global number of each automaton's start state.
@@ -54,7 +57,7 @@ class ConstraintTables:
             set of tables can (the message says how many).
     """
 
-    def __init__(self, automata, vocabulary_size):
+    def __init__(self, automata, vocabulary_size, min_shapes=None):
         self.automata = list(automata)
         self.vocabulary_size = vocabulary_size
         self.keys = [automaton.key for automaton in self.automata]
@@ -63,9 +66,10 @@ class ConstraintTables:
         for automaton in self.automata:
             self.offsets.append(offset)
             offset += automaton.num_states
-        states = _bucket(offset, MIN_STATES)
+        min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
+        states = max(_bucket(offset, MIN_STATES), min_shapes["allowed"][0])
         count = sum(len(a.transitions) for a in self.automata)
-        transitions = _bucket(count, MIN_TRANSITIONS)
+        transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
         if states * vocabulary_size > MAX_KEY or transitions > MAX_TRANSITIONS:
             raise ValueError(
                 f"The structured output constraints need {offset} states and "

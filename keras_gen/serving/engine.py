@@ -101,8 +101,8 @@ class Engine:
     minimum of new tokens, stop token ids, the seed, the length and the
     structured output (`response_format`: each slot carries its automaton
     state; the automata of the running requests share one set of padded
-    tables, rebuilt when a request brings a new one, so another schema of
-    the same size bucket does not recompile); stop
+    tables, rebuilt when a request brings a new one and never smaller than
+    before, so another schema of a size bucket seen does not recompile); stop
     strings and sequences and `max_time` are matched on the host between
     chunks. After each prompt bucket has run once, no request compiles
     anything.
@@ -457,7 +457,11 @@ class Engine:
         for running in self._jobs:
             if running.automaton is not None:
                 needed.setdefault(running.automaton.key, running.automaton)
-        tables = ConstraintTables(needed.values(), self._tables.vocabulary_size)
+        tables = ConstraintTables(
+            needed.values(),
+            self._tables.vocabulary_size,
+            {name: array.shape for name, array in self._tables.arrays.items()},
+        )
         states = self._host["constraint_states"]
         held = {slot for running in self._jobs for slot in running.slots}
         for slot in set(range(self.num_slots)) - held:

@@ -184,6 +184,52 @@ def test_no_compile_after_warm_up(lm):
             engine.warm_up()
 
 
+STRUCTURED = [
+    {"type": "json_schema", "json_schema": {"name": "count", "schema": {
+        "type": "object", "required": ["n"],
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}}}},
+    {"choice": ["yes", "no", "not sure"]},
+    {"regex": "[a-z]{2,5}( [a-z]{2,5}){1,3}\\."},
+    {"json": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+    {"type": "json_object"},
+]
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_structured_requests_equal_each_request_alone(lm):
+    # Requests with different constraints (and none) arrive while others
+    # run: the tables are packed anew for each new automaton and the
+    # running slots' states renumbered; every request is as if alone.
+    rng = np.random.default_rng(3)
+    requests = []
+    for i in range(14):
+        options = dict(
+            max_new_tokens=int(rng.integers(8, 40)), seed=i, output_log_probs=True,
+            top_logprobs=2,
+        )
+        if i % 3:
+            options.update(do_sample=True, temperature=float(rng.choice([0.7, 1.0])))
+        if i % 7 != 6:
+            options["response_format"] = STRUCTURED[i % len(STRUCTURED)]
+        requests.append((PROMPTS[i % len(PROMPTS)], GenerationConfig(**options)))
+    with Engine(lm, max_batch_size=4, max_length=64, chunk_size=2) as engine:
+        handles = []
+        for prompt, config in requests:
+            handles.append(engine.submit(prompt, config))
+            time.sleep(0.01)
+        records = [handle.result(TIMEOUT) for handle in handles]
+        for (prompt, config), record in zip(requests, records):
+            assert_same(record, alone(lm, prompt, config))
+        assert sum(r.finish_reasons == ["stop"] for r in records) >= 8
+        # Another schema whose tables fall in a bucket already compiled.
+        engine.submit("The", response_format=STRUCTURED[1], max_new_tokens=8).result()
+        before = engine.compilations
+        other = {"choice": ["up", "down", "left"]}
+        record = engine.submit("The", response_format=other, max_new_tokens=8)
+        assert record.result(TIMEOUT).text[0] in ("up", "down", "left")
+        assert engine.compilations == before
+
+
 def test_a_full_queue_is_refused():
     lm = tiny_text_lm(max_sequence_length=128)
     with Engine(lm, max_batch_size=1, max_length=128, max_queue=1) as engine:
@@ -225,6 +271,13 @@ def test_close_ends_requests_in_flight_with_a_clear_error():
         (dict(temprature=0.5), TypeError, "temprature"),
         (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
         (dict(forced_eos_token_id=0), ValueError, "forced_eos_token_id"),
+        (dict(response_format={"regex": "("}), ValueError, "regular expression"),
+        (
+            dict(response_format={"choice": ["a"]}, stop_token_ids=[]),
+            ValueError,
+            "stop token",
+        ),
+        (dict(response_format=[{"choice": ["a"]}] * 2), ValueError, "one prompt"),
     ],
 )
 def test_bad_requests_are_refused_at_submit(engine, options, error, match):

@@ -110,3 +110,40 @@ def test_chat_template_file_that_transformers_writes_is_kept(folder, tmp_path):
     tokenizer.save_pretrained(tmp_path / "ours")
     again = hf_models.transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
     assert again.chat_template == TEMPLATE
+
+
+def _sentencepiece_style():
+    """A Llama-2-like tokenizer: word boundaries as U+2581, byte fallback."""
+    import tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "<0xE2>": 4,
+             "\u2581": 5, "\u2581hi": 6, "hi": 7, "{": 8, "\u2581{": 9, "é": 10}
+    model = tokenizers.models.BPE(vocab, [], unk_token="<unk>", byte_fallback=True)
+    tokenizer = tokenizers.Tokenizer(model)
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    tokenizer.decoder = tokenizers.decoders.Sequence([
+        tokenizers.decoders.Replace("\u2581", " "),
+        tokenizers.decoders.ByteFallback(),
+        tokenizers.decoders.Fuse(),
+    ])
+    tokenizer.add_special_tokens(["<s>", "</s>"])
+    return Tokenizer(tokenizer, bos_token_id=1, eos_token_ids=[2])
+
+
+def test_token_bytes_of_byte_level_and_sentencepiece_vocabularies():
+    # Byte-level (GPT-2 style): each token's characters stand for bytes,
+    # and the bytes of a text's tokens are the text's UTF-8.
+    from tests.text_models import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    text = "The for statement é\n"
+    ids = tokenizer.encode(text)
+    assert b"".join(tokenizer.token_bytes[i] for i in ids) == text.encode()
+    assert tokenizer.token_bytes[tokenizer.eos_token_id] is None  # special
+    # SentencePiece style: the word boundary is a space, <0xNN> a byte.
+    tokenizer = _sentencepiece_style()
+    table = tokenizer.token_bytes
+    assert table[6] == b" hi" and table[3] == b"\n" and table[4] == b"\xe2"
+    assert table[10] == "é".encode() and table[1] is None and table[2] is None
+    assert len(tokenizer.fingerprint) == 64
+    assert tokenizer.fingerprint == _sentencepiece_style().fingerprint

@@ -67,6 +67,7 @@ def test_help(capsys, name):
         (["generate", "x", "--sampler", "magic"], "invalid choice: 'magic'"),
         (["generate", "x", "--backend", "numpy"], "invalid choice: 'numpy'"),
         (["serve", "--port", "99999"], "--port"),
+        (["generate", "x", "--choice", "a", "--regex", "b"], "not allowed with"),
         ([], "required"),
     ],
 )
@@ -132,6 +133,46 @@ def test_json_output_matches_generate(capsys, model_folder):
         "generate_seconds",
         "tokens_per_second",
     }
+
+
+def test_structured_output_flags(capsys, model_folder, tmp_path):
+    path, lm = model_folder
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+              "maximum": 9}}, "required": ["n"]}
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema))
+    for flags, check in (
+        (["--json-schema", str(schema_file)], lambda t: json.loads(t)["n"] < 10),
+        (["--regex", "[a-z]{3}!"], lambda t: len(t) == 4 and t.endswith("!")),
+        (["--choice", "yes", "no"], lambda t: t in ("yes", "no")),
+    ):
+        status, out, _ = run(
+            capsys, "generate", PROMPT, "--model", path, "--json",
+            "--max-new-tokens", "30", *flags,
+        )
+        record = json.loads(out)
+        assert status == 0 and check(record["text"]), (flags, record)
+        assert record["finish_reason"] == "stop"
+    status, out, _ = run(
+        capsys, "generate", PROMPT, "--model", path, "--json", "--max-new-tokens",
+        "30", "--json-schema", str(schema_file),
+    )
+    expected = lm.generate(PROMPT, max_new_tokens=30, response_format={"json": schema})
+    assert PROMPT + json.loads(out)["text"] == expected
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--regex", "("], "--regex: `pattern` '('"),
+        (["--json-schema", "/no/such.json"], "--json-schema /no/such.json"),
+    ],
+    ids=["regex", "missing-file"],
+)
+def test_bad_structured_output_flags_exit_2(capsys, argv, message):
+    status, _, err = run(capsys, "generate", "x", "--model", "/no/such/model", *argv)
+    assert status == 2 and message in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_streamed_and_plain_output_agree(capsys, model_folder):

@@ -164,6 +164,75 @@ def test_chat_completion_uses_the_template(server):
     assert streamed == text
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "n": {"type": "integer", "minimum": 1, "maximum": 9},
+    },
+    "required": ["name", "n"],
+}
+
+
+def test_structured_output_fields(server):
+    client, lm, _ = server
+    fields = {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "thing", "schema": SCHEMA, "strict": True},
+        },
+        "max_tokens": 60,
+        "temperature": 0.9,
+        "seed": 1,
+    }
+    messages = [{"role": "user", "content": "A thing?"}]
+    body = {"model": MODEL, "messages": messages, **fields}
+    answer = client.post("/v1/chat/completions", json=body).json()
+    content = answer["choices"][0]["message"]["content"]
+    assert json.loads(content)["n"] in range(1, 10)
+    text, _, reason = expected(
+        lm, ChatTemplate().render(messages), 60, do_sample=True, temperature=0.9,
+        seed=1, stop_strings=list(ChatTemplate().stop_strings),
+        response_format=fields["response_format"],
+    )
+    assert (content, answer["choices"][0]["finish_reason"]) == (text, reason)
+    # vLLM's forms, the current and the older.
+    for extra, check in (
+        ({"guided_choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
+        ({"structured_outputs": {"regex": "[0-9]{3}"}}, lambda t: t.isdigit()),
+        ({"guided_json": json.dumps(SCHEMA)}, lambda t: "n" in json.loads(t)),
+        ({"response_format": {"type": "json_object"}},
+         lambda t: isinstance(json.loads(t), dict)),
+    ):
+        answer = complete(client, "The", max_tokens=60, **extra)
+        assert check(answer["choices"][0]["text"]), (extra, answer)
+        assert answer["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "objec"}}}}, "response_format"),
+        ({"response_format": "json"}, "response_format"),
+        ({"guided_regex": "("}, "guided_regex"),
+        ({"guided_grammar": "root ::= 'a'"}, "guided_grammar"),
+        ({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs"),
+    ],
+    ids=["no-schema", "bad-schema", "not-object", "bad-regex", "grammar", "two",
+         "empty-choice"],
+)
+def test_bad_structured_outputs_get_400(server, fields, param):
+    client, _, _ = server
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 4, **fields}
+    response = client.post("/v1/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param, error
+
+
 def streamed_text(client, body):
     with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
         assert r.status_code == 200, r.read()

@@ -1,0 +1,27 @@
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("jax")
+def test_structured_benchmark_runs_a_tiny_workload(tmp_path):
+    output = tmp_path / "results.json"
+    command = [
+        sys.executable, str(ROOT / "tools" / "benchmark_structured.py"), "--tiny",
+        "--repeats", "1", "--new-tokens", "24", "--json", str(output),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads(output.read_text())
+    times = results["ms_per_step"]
+    assert times["keras-gen"] > 0 and times["keras-gen + JsonSchema"] > 0
+    assert results["states"] > 1 and results["automaton_cached_s"] < 0.01
+    # outlines is not a test dependency: its peer runs where it is installed.
+    assert "outlines + transformers" in times or "outlines_skipped" in results
+    assert "keras-gen + JsonSchema:" in result.stdout

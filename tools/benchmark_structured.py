@@ -166,6 +166,10 @@ def outlines_systems(args, folder, schema):
     tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     prompts = [PROMPT] * args.batch
+    # Decode steps, counted as the model's forward calls (the prompt's
+    # included, as for the other systems: n new tokens, n calls).
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     started = time.perf_counter()
     generator = outlines.Generator(
         outlines.from_transformers(model, tokenizer),
@@ -173,19 +177,25 @@ def outlines_systems(args, folder, schema):
     )
     build = time.perf_counter() - started
 
+    def counted(run):
+        def steps(n):
+            calls[0] = 0
+            with torch.no_grad():
+                run(n)
+            return calls[0]
+
+        return steps
+
     def free(n):
         inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=tokenizer.eos_token_id)
-        return out.shape[1] - inputs["input_ids"].shape[1]
+        model.generate(**inputs, max_new_tokens=n, min_new_tokens=n,
+                       do_sample=False, pad_token_id=tokenizer.eos_token_id)
 
     def constrained(n):
-        texts = generator.batch(prompts, max_new_tokens=n)
-        return max(len(tokenizer(t)["input_ids"]) for t in texts) + 1
+        generator.batch(prompts, max_new_tokens=n)
 
-    systems = {"transformers": steps_timer(free),
-               "outlines + transformers": steps_timer(constrained)}
+    systems = {"transformers": steps_timer(counted(free)),
+               "outlines + transformers": steps_timer(counted(constrained))}
     return systems, build
 
 

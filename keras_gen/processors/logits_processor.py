@@ -106,6 +106,14 @@ class LogitsProcessor(Tunable):
         """The `(rows, ...)` state of a stateful processor before step one."""
         raise NotImplementedError
 
+    def constrain(self, processed, logits, loop):
+        """A stateful processor applied last: to the `processed` logits,
+        or, in rows where that leaves no token, to the unprocessed
+        `logits`."""
+        constrained = self.process(processed, loop)
+        banned = ops.all(constrained == NEG_INF, axis=-1, keepdims=True)
+        return ops.where(banned, self.process(logits, loop), constrained)
+
     def advance(self, state, token, moved):
         """The state after each row's new `(rows,)` `token`; rows where
         `moved` is `False` (prompt tokens, finished rows) keep theirs."""

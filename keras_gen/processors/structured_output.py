@@ -140,16 +140,27 @@ class StructuredOutput(LogitsProcessor):
         # Beam search runs several rows per prompt row.
         return ops.repeat(states, rows // ops.shape(states)[0], axis=0)
 
-    def process(self, logits, loop):
+    def allowed_tokens(self, loop, vocabulary_size):
+        """`(rows, vocab)` bool: what each row's state allows."""
         self._check_bound()
-        allowed = allowed_tokens(
+        return allowed_tokens(
             self.allowed,
             self.accepting,
             loop[self.state_key],
             loop["stop_token_ids"],
-            ops.shape(logits)[-1],
+            vocabulary_size,
         )
+
+    def process(self, logits, loop):
+        allowed = self.allowed_tokens(loop, ops.shape(logits)[-1])
         return ops.where(allowed, logits, NEG_INF)
+
+    def constrain(self, processed, logits, loop):
+        # One mask for both (see `LogitsProcessor.constrain`).
+        allowed = self.allowed_tokens(loop, ops.shape(logits)[-1])
+        constrained = ops.where(allowed, processed, NEG_INF)
+        banned = ops.all(constrained == NEG_INF, axis=-1, keepdims=True)
+        return ops.where(banned, ops.where(allowed, logits, NEG_INF), constrained)
 
     def __call__(self, logits, prompt, index, mask):
         raise TypeError(
@@ -177,6 +188,8 @@ class StructuredOutput(LogitsProcessor):
     def from_config(cls, config):
         from keras_gen.processors import registry
 
+        if cls is not StructuredOutput:  # one constraint: its own arguments
+            return cls(**config)
         return cls(
             [None if c is None else registry.get(c) for c in config["constraints"]]
         )

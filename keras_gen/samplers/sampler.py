@@ -38,12 +38,6 @@ def log_prob_outputs(scores, token, outputs):
     return values
 
 
-def _unless_all_banned(processed, fallback):
-    """`processed`, but `fallback` in rows where it bans every token."""
-    banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
-    return ops.where(banned, fallback, processed)
-
-
 class Sampler(Tunable):
     """Base class for samplers: turns logits into tokens, step by step.
 
@@ -244,12 +238,11 @@ class Sampler(Tunable):
         for processor in self.processors:
             if processor.state_key is None:
                 processed = processor.process(processed, loop)
-        processed = _unless_all_banned(processed, logits)
+        banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
+        processed = ops.where(banned, logits, processed)
         for processor in self.processors:
             if processor.state_key is not None:
-                processed = _unless_all_banned(
-                    processor.process(processed, loop), processor.process(logits, loop)
-                )
+                processed = processor.constrain(processed, logits, loop)
         return processed
 
     def processor_states(self, loop):

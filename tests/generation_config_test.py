@@ -84,6 +84,9 @@ BAD = [
     ({"output_log_probs": "yes"}, TypeError, "output_log_probs"),
     ({"num_speculative_tokens": 0}, ValueError, "num_speculative_tokens"),
     ({"prompt_lookup_ngram": 2.0}, TypeError, "prompt_lookup_ngram"),
+    ({"response_format": "json"}, TypeError, "response_format"),
+    ({"response_format": {"type": "yaml"}}, ValueError, "response_format"),
+    ({"response_format": {"regex": "("}}, ValueError, "response_format"),
 ]
 
 

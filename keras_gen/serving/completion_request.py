@@ -333,24 +333,15 @@ class CompletionRequest:
         """`(field, value)`: the request's structured output, as the field
         that set it and a `response_format` option (`(None, None)`)."""
         given = {}
-        response_format = body.get("response_format")
-        if response_format is not None:
-            if not isinstance(response_format, dict):
-                raise APIError(
-                    "'response_format' must be an object.",
-                    param="response_format",
-                    code="invalid_type",
-                )
-            if response_format.get("type") != "text":
-                given["response_format"] = response_format
-        structured = body.get("structured_outputs")
+
+        def is_object(value):
+            return isinstance(value, dict)
+
+        response_format = _field(body, "response_format", is_object, "an object")
+        if response_format is not None and response_format.get("type") != "text":
+            given["response_format"] = response_format
+        structured = _field(body, "structured_outputs", is_object, "an object")
         if structured is not None:
-            if not isinstance(structured, dict):
-                raise APIError(
-                    "'structured_outputs' must be an object.",
-                    param="structured_outputs",
-                    code="invalid_type",
-                )
             keys = ("json", "regex", "choice", "json_object", "grammar")
             given["structured_outputs"] = {
                 k: v for k, v in structured.items() if k in keys

@@ -470,8 +470,9 @@ class Engine:
             if running is job or running.automaton is None:
                 continue
             for slot in running.slots:
-                _, local = self._tables.local_state(int(states[slot]))
-                states[slot] = tables.start_state(running.automaton) + local
+                owner, local = self._tables.local_state(int(states[slot]))
+                if owner is not None:  # not DEAD (or FREE)
+                    states[slot] = tables.start_state(owner) + local
         self._tables, self._table_tensors = tables, None
 
     def _chunk_steps(self):

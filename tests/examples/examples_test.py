@@ -47,3 +47,11 @@ def test_distributed_generate_runs_on_8_devices():
         "sharded as P(None, 'model')" in result.stdout
     )
     assert "[[1, 2, 3" in result.stdout
+
+
+@pytest.mark.only_backend("jax")
+def test_structured_output_example_runs(capsys):
+    runpy.run_path(str(EXAMPLES / "structured_output.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("{'statement': '") for line in lines[:2])
+    assert lines[2].startswith("['yes'") or lines[2].startswith("['no'")

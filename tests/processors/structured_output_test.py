@@ -341,3 +341,16 @@ def test_bad_constraints_say_what_is_wrong(gpt2_lm):
         gpt2_lm.generate(
             [1, 2], processors=[JsonObject()], stop_token_ids=[0], max_new_tokens=4
         )
+
+
+def test_compiled_constraints_and_several_samples_per_prompt(demo):
+    # `compile(processors=...)` keeps the constraint for every call; with
+    # `num_return_sequences`, each prompt's samples follow its own one.
+    lm = CausalLM.from_preset("demo")
+    lm.compile(processors=[StructuredOutput([Choice(["yes", "no"]),
+                                             Regex("[0-9]{3}")])])
+    record = lm.generate(["Is it?", "A number:"], num_return_sequences=3, seed=1,
+                         max_new_tokens=10, return_dict=True, **SAMPLED)
+    assert set(record.text[:3]) <= {"yes", "no"}
+    assert all(re.fullmatch("[0-9]{3}", t) for t in record.text[3:])
+    assert len(set(record.text[3:])) > 1

@@ -188,6 +188,10 @@ class BeamSampler(Sampler):
         accept = ops.logical_and(
             ops.logical_or(is_stop(tokens), last[:, None]), active[:, None]
         )
+        # Never from a beam that is not live, nor by a banned token (-inf):
+        # when a processor (structured output) leaves fewer continuations
+        # than beams, the others are no hypotheses.
+        accept = ops.logical_and(accept, best > NEG / 2)
         best = best / ops.power(generated, self.length_penalty)[:, None]
         loop = self._add_finished(
             loop, best, indices // vocabulary_size, tokens, accept,

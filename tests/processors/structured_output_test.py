@@ -217,13 +217,16 @@ def test_beam_search_keeps_every_beam_in_the_language(demo):
         return_dict=True,
     )
     assert_valid(record, [SCHEMAS["enums"]] * 4)
-    options = ["alpha", "beta", "gamma"]
+    # Two choices, six beams: four hypotheses (two ways to write each),
+    # then rows that are no hypotheses, scored as such.
     record = demo.generate(
-        "Pick one:", processors=[Choice(options)], num_beams=5,
-        num_return_sequences=3, max_new_tokens=10, return_dict=True,
+        "Is it?", processors=[Choice(["yes", "no"])], num_beams=6,
+        num_return_sequences=6, max_new_tokens=8, return_dict=True,
     )
-    for text, reason in zip(record.text, record.finish_reasons):
-        assert reason != "stop" or text in options
+    real = [s > -1e8 for s in record.sequence_scores]
+    assert sum(real) >= 2 and real == sorted(real, reverse=True)
+    for text, reason, is_real in zip(record.text, record.finish_reasons, real):
+        assert not is_real or (text in ("yes", "no") and reason == "stop")
 
 
 def test_speculative_decoding_rejects_proposals_outside_the_language(demo):

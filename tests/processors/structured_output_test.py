@@ -357,3 +357,25 @@ def test_compiled_constraints_and_several_samples_per_prompt(demo):
     assert set(record.text[:3]) <= {"yes", "no"}
     assert all(re.fullmatch("[0-9]{3}", t) for t in record.text[3:])
     assert len(set(record.text[3:])) > 1
+
+
+@pytest.mark.only_backend("jax")
+def test_a_sentencepiece_vocabulary_and_another_family(tmp_path):
+    # A Llama folder with a Metaspace tokenizer: word boundaries are the
+    # automaton's spaces.
+    from tests.models import hf_models
+
+    hf_models.save_model_folder("llama", str(tmp_path))
+    lm = CausalLM.from_pretrained(str(tmp_path))
+    pattern = r"( [a-z]{1,6}){2,3}"
+    record = lm.generate(
+        ["we train", "a small"], processors=[Regex(pattern)], seed=0,
+        max_new_tokens=30, return_dict=True, **SAMPLED,
+    )
+    assert record.finish_reasons == ["stop"] * 2
+    assert all(re.fullmatch(pattern, text) for text in record.text), record.text
+    record = lm.generate(
+        "we train", processors=[Choice([" tokenizer", " the tests"])],
+        max_new_tokens=30, return_dict=True, **GREEDY,
+    )
+    assert record.text[0] in (" tokenizer", " the tests")

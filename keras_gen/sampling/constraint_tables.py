@@ -66,18 +66,7 @@ class ConstraintTables:
         for automaton in self.automata:
             self.offsets.append(offset)
             offset += automaton.num_states
-        min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
-        states = max(_bucket(offset, MIN_STATES), min_shapes["allowed"][0])
-        count = sum(len(a.transitions) for a in self.automata)
-        transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
-        if states * vocabulary_size > MAX_KEY or transitions > MAX_TRANSITIONS:
-            raise ValueError(
-                f"The structured output constraints need {offset} states and "
-                f"{count} token transitions over {vocabulary_size} tokens; one "
-                f"batch holds at most {MAX_KEY // vocabulary_size} states and "
-                f"{MAX_TRANSITIONS} transitions. Simplify the schema or send "
-                "fewer different ones at once."
-            )
+        states, transitions = self.sizes(self.automata, vocabulary_size, min_shapes)
         allowed = np.zeros((states, words(vocabulary_size)), "int32")
         allowed[FREE] = -1  # every bit
         accepting = np.zeros((states,), "int32")
@@ -101,6 +90,28 @@ class ConstraintTables:
             "keys": keys,
             "targets": targets,
         }
+
+    @staticmethod
+    def sizes(automata, vocabulary_size, min_shapes=None):
+        """`(states, transitions)`: the padded table sizes `automata` need.
+
+        Raises:
+            ValueError: they are beyond what one set of tables holds.
+        """
+        needed = 2 + sum(a.num_states for a in automata)
+        count = sum(len(a.transitions) for a in automata)
+        min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
+        states = max(_bucket(needed, MIN_STATES), min_shapes["allowed"][0])
+        transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
+        if states * vocabulary_size > MAX_KEY or transitions > MAX_TRANSITIONS:
+            raise ValueError(
+                f"The structured output constraints need {needed} states and "
+                f"{count} token transitions over {vocabulary_size} tokens; one "
+                f"batch holds at most {MAX_KEY // vocabulary_size} states and "
+                f"{MAX_TRANSITIONS} transitions. Simplify the schema or send "
+                "fewer different ones at once."
+            )
+        return states, transitions
 
     def start_state(self, automaton):
         """The global start state of `automaton` (`FREE` for `None`)."""

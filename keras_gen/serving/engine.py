@@ -408,7 +408,11 @@ class Engine:
                 self._jobs.append(job)
                 self.metrics.waiting.set(len(self._waiting))
             self.metrics.running.set(len(self._jobs))
-            self._load_automaton(job)
+            try:
+                self._load_automaton(job)
+            except ValueError as error:  # with the running ones, too many
+                self._release(job, error=error)
+                continue
             for row, slot in enumerate(job.slots):
                 self._seed_slot(job, row, slot)
             self.metrics.prompt_tokens.inc(sum(map(len, job.reader.row_prompts)))
@@ -694,9 +698,11 @@ def _automaton(config, reader, lm):
             "Structured output ends a row with a stop token once the text is "
             "complete: this request has none. Give `stop_token_ids`."
         )
-    return Automaton.from_regex(
+    automaton = Automaton.from_regex(
         constraint.pattern(), lm.tokenizer, lm.backbone.vocabulary_size
     )
+    ConstraintTables.sizes([automaton], lm.backbone.vocabulary_size)  # it fits
+    return automaton
 
 
 def _settings(config, reader, vocabulary_size):

@@ -1,6 +1,7 @@
 """The continuous-batching engine: every request as if it ran alone."""
 
 import asyncio
+import re
 import threading
 import time
 
@@ -228,6 +229,31 @@ def test_structured_requests_equal_each_request_alone(lm):
         record = engine.submit("The", response_format=other, max_new_tokens=8)
         assert record.result(TIMEOUT).text[0] in ("up", "down", "left")
         assert engine.compilations == before
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_constraints_beyond_the_tables_fail_alone(lm, monkeypatch):
+    from keras_gen.sampling import constraint_tables
+
+    # 167 and 149 transitions: each fits in 256 alone, not both together.
+    words = {"regex": "[a-z]{2,4}"}
+    numbers = {"regex": "[0-9a-f]{4,8}"}
+    with Engine(lm, max_batch_size=4, max_length=64) as engine:
+        monkeypatch.setattr(constraint_tables, "MAX_TRANSITIONS", 256)
+        with pytest.raises(ValueError, match="at most .* 256 transitions"):
+            engine.submit("The", response_format={"regex": "[a-z]{1,30}"},
+                          max_new_tokens=4)
+        # Both wait while the step thread is held: one admission takes both.
+        with engine._condition:
+            first = engine.submit("The", response_format=words, max_new_tokens=9)
+            second = engine.submit("A class", response_format=numbers,
+                                   max_new_tokens=9)
+        with pytest.raises(ValueError, match="transitions"):
+            second.result(TIMEOUT)
+        assert re.fullmatch("[a-z]{2,4}", first.result(TIMEOUT).text[0])
+        # The engine goes on serving.
+        third = engine.submit("The", response_format=numbers, max_new_tokens=9)
+        assert third.result(TIMEOUT).finish_reasons == ["stop"]
 
 
 def test_a_full_queue_is_refused():

@@ -37,6 +37,8 @@ class _Cache:
 
 _automata = _Cache(MAX_AUTOMATA)
 _vocabularies = _Cache(MAX_VOCABULARIES)
+# Patterns whose syntax was checked (a check builds a byte-level index).
+_checked = _Cache(4 * MAX_AUTOMATA)
 
 
 def words(vocabulary_size):
@@ -59,17 +61,23 @@ def check_regex(pattern, name="pattern"):
     """Raise a `ValueError` naming `name` if outlines-core cannot compile
     `pattern` (built over single bytes: the syntax is checked, whatever
     the tokenizer)."""
-    vocabulary = _vocabularies.get(
-        "bytes", lambda: Vocabulary(256, {bytes([b]): [b] for b in range(256)})
-    )
-    try:
-        Index(pattern, vocabulary)
-    except Exception as error:  # outlines-core raises plain errors
-        raise ValueError(
-            f"`{name}` {pattern[:200]!r} is not a regular expression outlines-core "
-            f"compiles ({error}): the syntax is Rust's `regex`, without "
-            "look-around or back-references."
-        ) from None
+
+    def check():
+        vocabulary = _vocabularies.get(
+            "bytes", lambda: Vocabulary(256, {bytes([b]): [b] for b in range(256)})
+        )
+        try:
+            Index(pattern, vocabulary)
+        except Exception as error:  # outlines-core raises plain errors
+            raise ValueError(
+                f"`{name}` {pattern[:200]!r} is not a regular expression "
+                f"outlines-core compiles ({error}): the syntax is Rust's "
+                "`regex`, without look-around or back-references."
+            ) from None
+        return True
+
+    # A pattern that fails is not kept: it raises every time.
+    _checked.get(pattern, check)
     return pattern
 
 

@@ -35,8 +35,6 @@ class Choice(StructuredOutput):
                 f"Received: {options!r}"
             )
         self.options = list(options)
-        self.constraints = None
-        self.tables = None
 
     def pattern(self):
         return "(" + "|".join(escape(option) for option in self.options) + ")"

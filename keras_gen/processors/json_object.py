@@ -16,8 +16,7 @@ class JsonObject(StructuredOutput):
     """
 
     def __init__(self):
-        self.constraints = None
-        self.tables = None
+        pass  # no arguments (not `StructuredOutput`'s list)
 
     def pattern(self):
         return schema_regex({"type": "object"})

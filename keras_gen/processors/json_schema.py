@@ -46,8 +46,6 @@ class JsonSchema(StructuredOutput):
         self.schema = copy.deepcopy(schema)
         # Raises for a bad schema, or a `pattern` in it that cannot compile.
         self._pattern = check_regex(schema_regex(self.schema), "schema")
-        self.constraints = None
-        self.tables = None
 
     def pattern(self):
         return self._pattern

@@ -25,8 +25,6 @@ class Regex(StructuredOutput):
                 f"`pattern` must be a non-empty string. Received: {pattern!r}"
             )
         self.regex = check_regex(pattern)
-        self.constraints = None
-        self.tables = None
 
     def pattern(self):
         return self.regex

@@ -8,6 +8,7 @@ from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.sampling.automaton import Automaton
 from keras_gen.sampling.constraint_tables import ConstraintTables
 from keras_gen.sampling.constraint_tables import allowed_tokens
+from keras_gen.sampling.constraint_tables import constrain
 from keras_gen.sampling.constraint_tables import next_states
 
 
@@ -51,6 +52,10 @@ class StructuredOutput(LogitsProcessor):
 
     state_key = "constraint_state"
     tunable_config = ("constraints",)
+    # `None`: one constraint for every row (the subclasses). The tables are
+    # set by `for_request`.
+    constraints = None
+    tables = None
 
     def __init__(self, constraints):
         if not isinstance(constraints, (list, tuple)):
@@ -69,7 +74,6 @@ class StructuredOutput(LogitsProcessor):
                     f"JsonObject, Regex or Choice). Received: {constraint!r}"
                 )
         self.constraints = list(constraints)
-        self.tables = None  # set by `for_request`
 
     def pattern(self):
         """The regular expression every row's text must match."""
@@ -157,10 +161,9 @@ class StructuredOutput(LogitsProcessor):
 
     def constrain(self, processed, logits, loop):
         # One mask for both (see `LogitsProcessor.constrain`).
-        allowed = self.allowed_tokens(loop, ops.shape(logits)[-1])
-        constrained = ops.where(allowed, processed, NEG_INF)
-        banned = ops.all(constrained == NEG_INF, axis=-1, keepdims=True)
-        return ops.where(banned, ops.where(allowed, logits, NEG_INF), constrained)
+        return constrain(
+            processed, logits, self.allowed_tokens(loop, ops.shape(logits)[-1])
+        )
 
     def __call__(self, logits, prompt, index, mask):
         raise TypeError(

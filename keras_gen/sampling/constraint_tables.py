@@ -154,6 +154,15 @@ def allowed_tokens(allowed, accepting, states, stop_token_ids, vocabulary_size):
     return ops.where(stops, accept[:, None], mask)
 
 
+def constrain(processed, logits, allowed):
+    """`processed` logits where `allowed`, else `-inf`; in rows where that
+    leaves nothing (the other processors banned every allowed token), the
+    unprocessed `logits` where `allowed`."""
+    constrained = ops.where(allowed, processed, float("-inf"))
+    banned = ops.all(constrained == float("-inf"), axis=-1, keepdims=True)
+    return ops.where(banned, ops.where(allowed, logits, float("-inf")), constrained)
+
+
 def next_states(keys, targets, states, tokens, vocabulary_size, moved=None):
     """`(rows,)` states after each row's `tokens`; rows where `moved` is
     `False` (prompt tokens, finished rows) keep theirs."""

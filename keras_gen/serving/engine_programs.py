@@ -30,6 +30,7 @@ from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.sampling.constraint_tables import FREE
 from keras_gen.sampling.constraint_tables import allowed_tokens
+from keras_gen.sampling.constraint_tables import constrain
 from keras_gen.sampling.constraint_tables import next_states
 from keras_gen.sampling.filters import filter_logits
 from keras_gen.sampling.filters import min_p_filter
@@ -241,9 +242,7 @@ def _constrained(processed, logits, states, stop_token_ids, allowed, accepting):
     unprocessed logits where they leave nothing."""
     vocabulary_size = ops.shape(logits)[-1]
     mask = allowed_tokens(allowed, accepting, states, stop_token_ids, vocabulary_size)
-    constrained = ops.where(mask, processed, NEG_INF)
-    banned = ops.all(constrained == NEG_INF, axis=-1, keepdims=True)
-    return ops.where(banned, ops.where(mask, logits, NEG_INF), constrained)
+    return constrain(processed, logits, mask)
 
 
 def _penalized(

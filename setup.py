@@ -12,7 +12,7 @@ TENSORFLOW = ["tensorflow-cpu>=2.16"]
 # The CPU wheel of torch 2.13.0 is what the test setup installs first; a range
 # keeps any compatible torch the user already has.
 TORCH = ["torch>=2.4"]
-SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "jinja2>=3.1"]
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29"]
 # The bundled demo model: weights, tokenizer and training record.
 PRESET_FILES = ["presets/*/*.json", "presets/*/*.safetensors"]
 
@@ -32,6 +32,8 @@ setup(
         "numpy",
         "tokenizers",
         "safetensors",
+        # Chat templates: prompts for the server, conversations for `fit`.
+        "jinja2>=3.1",
         # The serving engine's metrics (`keras_gen.serving.Engine`).
         "prometheus-client>=0.17",
         # Structured output: regex and JSON schema automata over tokens.

@@ -21,6 +21,7 @@ _SUBMODULES = (
     "tokenizers",
     "processors",
     "streaming",
+    "training",
 )
 _EXPORTS = {
     "GenerationConfig": "keras_gen.generation_config",
@@ -35,6 +36,7 @@ _EXPORTS = {
     "Phi3CausalLM": "keras_gen.models",
     "Qwen3CausalLM": "keras_gen.models",
     "Tokenizer": "keras_gen.tokenizers",
+    "CausalLMPreprocessor": "keras_gen.training",
     "GenerationOutput": "keras_gen.streaming",
     "Engine": "keras_gen.serving",
 }

@@ -41,6 +41,9 @@ class CachedAttention(keras.layers.Layer):
         seed_cache: bool. When `True` the new keys and values are written
             into the cache but the queries attend to the new tokens only:
             cache seeding costs `length**2`, not `length * cache_length`.
+        padding_mask: `None`, or `(batch, length)` with 0 where `key` is
+            padding (without a cache: training on padded rows). Padded keys
+            are never attended to.
 
     Returns:
         `(outputs, cache)`: outputs `(batch, num_query_heads, length,
@@ -63,7 +66,9 @@ class CachedAttention(keras.layers.Layer):
         # first call.
         self.built = True
 
-    def call(self, query, key, value, cache=None, index=0, seed_cache=False):
+    def call(
+        self, query, key, value, cache=None, index=0, seed_cache=False, padding_mask=None
+    ):
         query_length = ops.shape(query)[2]
         # Under a `keras.distribution` each device attends with its own
         # heads (and rows): no-ops otherwise.
@@ -91,6 +96,10 @@ class CachedAttention(keras.layers.Layer):
         allowed = recent >= 0
         if self.sliding_window is not None:
             allowed = ops.logical_and(allowed, recent < self.sliding_window)
+        if padding_mask is not None:
+            # (batch, 1, key_length): broadcast over the queries.
+            real = ops.cast(padding_mask, "bool")[:, None, :]
+            allowed = ops.logical_and(allowed, real)
         outputs = self._attend(query, keys, values, allowed)
         return outputs, cache
 

@@ -66,6 +66,7 @@ class DecoderBlock(keras.layers.Layer):
         index: scalar int tensor, the position of `x`'s first token, or
             `(batch,)`: one position per row.
         seed_cache: bool, see `CachedAttention`.
+        padding_mask: `None` or `(batch, length)`, see `CachedAttention`.
     """
 
     def __init__(
@@ -220,7 +221,7 @@ class DecoderBlock(keras.layers.Layer):
             fused[..., query_width + key_width :],
         )
 
-    def _attend(self, x, cache, index, seed_cache):
+    def _attend(self, x, cache, index, seed_cache, padding_mask):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         query, key, value = self._project(x)
         if self.query_key_norm == "projection":
@@ -237,6 +238,7 @@ class DecoderBlock(keras.layers.Layer):
             cache=cache,
             index=index,
             seed_cache=seed_cache,
+            padding_mask=padding_mask,
         )
         attended = ops.reshape(
             ops.transpose(attended, (0, 2, 1, 3)),
@@ -253,10 +255,12 @@ class DecoderBlock(keras.layers.Layer):
             gate, up = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(activate(gate, self.activation) * up)
 
-    def call(self, x, cache=None, index=0, seed_cache=False, training=False):
+    def call(
+        self, x, cache=None, index=0, seed_cache=False, padding_mask=None, training=False
+    ):
         placement = self.norm_placement
         inputs = self.input_layernorm(x) if placement != "post" else x
-        attended, cache = self._attend(inputs, cache, index, seed_cache)
+        attended, cache = self._attend(inputs, cache, index, seed_cache, padding_mask)
         if placement != "pre":
             attended = self.post_attention_layernorm(attended)
         x = x + attended

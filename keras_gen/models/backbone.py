@@ -36,6 +36,57 @@ class Backbone(keras.Model):
 
     max_sequence_length = None
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Bumped whenever weights are added or removed (adapters): compiled
+        # generation programs read a fixed set of variables.
+        self.weights_structure = 0
+        # Paths of the weights `enable_lora` froze (and `merge_lora` thaws).
+        self._lora_frozen = ()
+
+    def default_lora_targets(self):
+        """The projections `enable_lora` adapts by default: the queries and
+        values, as PEFT does."""
+        return ("q_proj", "v_proj")
+
+    def enable_lora(self, rank, target_modules=None, lora_alpha=None):
+        """Put low-rank adapters on projections and freeze everything else.
+
+        Each targeted projection `W` computes with `W + (lora_alpha / rank)
+        * A @ B`, `A` and `B` trainable (`B` starts at 0: the model is
+        unchanged until it trains). Embeddings, norms, biases and kernels
+        are frozen, so `fit` trains `rank * (in + out)` numbers per
+        projection. Generation uses the adapted weights; the first
+        `generate` after this compiles again. Call before the optimizer is
+        built (the first `fit`), or compile a new optimizer after.
+
+        Args:
+            rank: int >= 1.
+            target_modules: `None` (the queries and values: `q_proj` and
+                `v_proj`; `qkv_proj` or `c_attn` where they are fused),
+                `"all-linear"` (every attention and MLP projection), or a
+                list of projection names as in the Hugging Face checkpoints
+                (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
+                `up_proj`, `down_proj`, `qkv_proj`, `gate_up_proj`; GPT-2's
+                `c_attn`, `c_proj`, `c_fc`, `mlp_c_proj`). Experts take none.
+            lora_alpha: `None` (equal to `rank`: a scale of 1) or a number.
+
+        Examples:
+        >>> lm.backbone.enable_lora(8, target_modules="all-linear")  # doctest: +SKIP
+        >>> lm.fit(texts, epochs=2)  # doctest: +SKIP
+        """
+        from keras_gen.training import lora
+
+        lora.enable(self, lora.targets(self, target_modules), rank, lora_alpha)
+
+    def merge_lora(self):
+        """Fold the adapters into the kernels (generation then costs what
+        it cost before them) and unfreeze what `enable_lora` froze.
+        Returns the number of projections merged."""
+        from keras_gen.training import lora
+
+        return lora.merge(self)
+
     def get_config(self):
         config = super().get_config()
         # A quantized model lists its quantized layers' policies: loading
@@ -141,10 +192,19 @@ class Backbone(keras.Model):
         return ops.cast(logits, "float32")
 
     def call(self, token_ids, padding_mask=None, training=False):
-        """Hidden states of a whole sequence, with no cache."""
-        x = self.embed(token_ids, 0, training=training)
+        """Hidden states of whole sequences, with no cache (training).
+
+        `padding_mask` `(batch, length)` is 0 on padding, on either side: a
+        row's first real token is at position 0 and padding is never
+        attended to, so a padded row computes what it computes alone.
+        """
+        index = 0
+        if padding_mask is not None:
+            mask = ops.cast(padding_mask, "int32")
+            index = -ops.cast(ops.argmax(mask, axis=1), "int32")
+        x = self.embed(token_ids, index, training=training)
         for block in self.transformer_layers:
-            x, _ = block(x, training=training)
+            x, _ = block(x, index=index, padding_mask=padding_mask, training=training)
         return self.final_norm(x)
 
     def build_state(self, token_ids, padding_mask=None, cache_length=None):

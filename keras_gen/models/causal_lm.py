@@ -27,6 +27,8 @@ from keras_gen.sampling import options as options_lib
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.tokenizers.tokenizer import TOKENIZER_FILE
 from keras_gen.tokenizers.tokenizer import Tokenizer
+from keras_gen.training import causal_lm_preprocessor as preprocessing
+from keras_gen.training.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_gen.utils.checks import check_count
 
 # Compiled programs a model keeps (least recently used dropped first): one
@@ -39,6 +41,13 @@ SPECULATIVE_TOKENS = 4
 # cache of 256, then of 512, ... (see `attention_spans`).
 MIN_ATTENTION_SPAN = 256
 
+
+# The longest rows `fit` makes of text by default (keras-hub's default).
+PREPROCESSOR_LENGTH = 1024
+# `fit` and `evaluate` keywords that go to the text preprocessor.
+PREPROCESSING_OPTIONS = (
+    "sequence_length", "packing", "mask_prompt", "add_start_token", "add_end_token"
+)
 
 # Per-row counts a speculative loop keeps: `lengths` tells the host how far
 # each row got; the others are its acceptance counts.
@@ -156,15 +165,18 @@ class CausalLM(keras.Model):
         self.stream_chunk_size = 4
         self._programs = collections.OrderedDict()
         self._programs_lock = threading.Lock()
+        self._preprocessor = None
         self.compile()
         # The backbone is built; the task adds no weights of its own.
         self.built = True
 
     def call(self, inputs, training=False):
-        """Logits `(batch, length, vocab)` for token ids or a dict of them."""
+        """Logits `(batch, length, vocab)` for token ids, or for a dict of
+        `token_ids` and `padding_mask` (0 on padding, on either side)."""
+        padding_mask = None
         if isinstance(inputs, dict):
-            inputs = inputs["token_ids"]
-        hidden_states = self.backbone(inputs, training=training)
+            inputs, padding_mask = inputs["token_ids"], inputs.get("padding_mask")
+        hidden_states = self.backbone(inputs, padding_mask=padding_mask, training=training)
         return self.backbone.compute_logits(hidden_states)
 
     def compile(
@@ -172,6 +184,7 @@ class CausalLM(keras.Model):
         optimizer="auto",
         loss="auto",
         *,
+        weighted_metrics="auto",
         sampler=None,
         processors=None,
         jit_compile=True,
@@ -182,10 +195,19 @@ class CausalLM(keras.Model):
     ):
         """Configure training and generation.
 
+        A call that names only generation settings (`sampler`,
+        `processors`, speculation) changes generation only: the optimizer,
+        its state (iterations, moments) and the loss stay as they are.
+
         Args:
-            optimizer: as in `keras.Model.compile`; `"auto"` is Adam.
+            optimizer: as in `keras.Model.compile`; `"auto"` keeps the
+                model's optimizer, or makes `Adam(2e-5)` if it has none.
             loss: as in `keras.Model.compile`; `"auto"` is sparse
-                categorical cross-entropy on logits.
+                categorical cross-entropy on logits, averaged over the
+                tokens that count (`sample_weight`: `fit` on text weighs
+                padding, and prompts if masked, by 0).
+            weighted_metrics: as in `keras.Model.compile`; `"auto"` is
+                token accuracy over the same tokens.
             sampler: `None` (the model's `generation_config` decides: greedy
                 unless it says otherwise), a sampler name (`"greedy"`,
                 `"random"`, `"top_k"`, `"top_p"`, `"min_p"`, `"beam"`,
@@ -209,11 +231,23 @@ class CausalLM(keras.Model):
                 draft model; proposals are the tokens that followed the
                 latest earlier occurrence of the row's last n-gram.
         """
-        if optimizer == "auto":
-            optimizer = keras.optimizers.Adam(2e-5)
-        if loss == "auto":
-            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        training = (optimizer, loss, weighted_metrics) != ("auto",) * 3 or kwargs
+        current = getattr(self, "optimizer", None) if self.compiled else None
+        if training or current is None:
+            if optimizer == "auto":
+                optimizer = current or keras.optimizers.Adam(2e-5)
+            if loss == "auto":
+                loss = keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True, reduction="mean_with_sample_weight"
+                )
+            if weighted_metrics == "auto":
+                weighted_metrics = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+            super().compile(
+                optimizer=optimizer,
+                loss=loss,
+                weighted_metrics=weighted_metrics,
+                **kwargs,
+            )
         speculation = _speculation(
             draft_model, num_speculative_tokens, prompt_lookup_ngram
         )
@@ -233,6 +267,102 @@ class CausalLM(keras.Model):
         # Compiled programs stay: they are found by structure, and the
         # weights they read have not changed.
         self.generate_function = None
+
+    @property
+    def preprocessor(self):
+        """The `keras_gen.training.CausalLMPreprocessor` that `fit` and
+        `evaluate` read text with: made from the tokenizer on first use
+        (rows of at most 1024 tokens, or the model's positions); set it to
+        change the defaults."""
+        if self._preprocessor is None:
+            limit = self.backbone.max_sequence_length or PREPROCESSOR_LENGTH
+            self._preprocessor = CausalLMPreprocessor(
+                self.tokenizer, sequence_length=min(limit, PREPROCESSOR_LENGTH)
+            )
+        return self._preprocessor
+
+    @preprocessor.setter
+    def preprocessor(self, preprocessor):
+        if preprocessor is not None and not isinstance(preprocessor, CausalLMPreprocessor):
+            raise TypeError(
+                "`preprocessor` must be a `keras_gen.training.CausalLMPreprocessor` "
+                f"or None. Received: {preprocessor!r}"
+            )
+        self._preprocessor = preprocessor
+
+    def _training_data(self, x, y, kwargs, options, batch_size):
+        """`(x, y, kwargs)` with text (and text `validation_data`) turned
+        into arrays or a dataset by the preprocessor."""
+        unknown = sorted(set(options) - set(PREPROCESSING_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"Unknown keyword arguments {unknown}. Text preprocessing takes "
+                f"{list(PREPROCESSING_OPTIONS)}."
+            )
+        if not preprocessing.is_text(x):
+            if options:
+                raise ValueError(
+                    f"{sorted(options)} apply to text; `x` is not text (strings, "
+                    "pairs, conversations or a dataset of strings)."
+                )
+            return x, y, kwargs
+        if y is not None or kwargs.get("sample_weight") is not None:
+            raise ValueError(
+                "Text is its own label: give `fit` text alone, without `y` or "
+                "`sample_weight` (the loss is weighed by the preprocessor)."
+            )
+        preprocessor = self.preprocessor.replace(**options)
+
+        def convert(data):
+            if preprocessing.is_dataset(data):
+                return preprocessor.dataset(data, batch_size), None, None
+            return preprocessor(data)
+
+        x, y, kwargs["sample_weight"] = convert(x)
+        validation = kwargs.get("validation_data")
+        if validation is not None and preprocessing.is_text(validation):
+            converted = convert(validation)
+            kwargs["validation_data"] = converted[0] if converted[1] is None else converted
+        return x, y, kwargs
+
+    def fit(self, x=None, y=None, batch_size=None, **kwargs):
+        """Train, as `keras.Model.fit`, on token ids or on text.
+
+        Text (strings, `(prompt, completion)` pairs, chat conversations,
+        or a `tf.data.Dataset` of strings or pairs; `validation_data` too)
+        goes through `lm.preprocessor`: see
+        `keras_gen.training.CausalLMPreprocessor`. Its options
+        `sequence_length`, `packing`, `mask_prompt`, `add_start_token`
+        and `add_end_token` may be given here for one call.
+
+        Examples:
+        >>> lm.fit(["first text", "second text"], epochs=3, batch_size=2)  # doctest: +SKIP
+        >>> lm.fit([("Question?", "Answer.")], sequence_length=128)  # doctest: +SKIP
+        """
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
+        x, y, kwargs = self._training_data(x, y, kwargs, options, batch_size)
+        self._check_optimizer()
+        return super().fit(x, y, batch_size=batch_size, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        """Evaluate, as `keras.Model.evaluate`, on token ids or on text
+        (read as `fit` reads it)."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
+        x, y, kwargs = self._training_data(x, y, kwargs, options, batch_size)
+        return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+
+    def _check_optimizer(self):
+        """A built optimizer tracks the weights that were trainable then."""
+        optimizer = self.optimizer
+        if optimizer is None or not optimizer.built:
+            return
+        tracked = {v.path for v in optimizer._trainable_variables}
+        if tracked != {v.path for v in self.trainable_variables}:
+            raise ValueError(
+                "The trainable weights changed since the optimizer was built "
+                "(for instance `backbone.enable_lora` after `fit`): start a new "
+                "optimizer with `lm.compile(optimizer=...)`."
+            )
 
     def clear_programs(self):
         """Drop every compiled program (`quantize` does: the weights change)."""
@@ -530,6 +660,8 @@ class CausalLM(keras.Model):
         """
         key = (
             kind,
+            # Adapters add weights: a program reads the weights it was built for.
+            self.backbone.weights_structure,
             self.generate_jit_compile,
             sampler.get_structure(),
             processors_lib.structure(processors),
@@ -802,6 +934,27 @@ class CausalLM(keras.Model):
         from keras_gen.models import checkpoint
 
         checkpoint.save_causal_lm(self, path)
+
+    def save_lora(self, path):
+        """Write the backbone's adapters as a PEFT folder
+        (`adapter_config.json`, `adapter_model.safetensors`).
+
+        `peft.PeftModel.from_pretrained(model, path)` loads it onto the
+        transformers model of this checkpoint, and vLLM serves it as a
+        LoRA adapter. `save_pretrained` writes the merged model instead.
+        """
+        from keras_gen.training import peft_adapter
+
+        peft_adapter.save(self, os.fspath(path))
+
+    def load_lora(self, path):
+        """Read a PEFT LoRA folder (written by `save_lora` or by `peft`)
+        onto the backbone: adapters on the projections it names, with its
+        ranks and scales, everything else frozen. Returns how many
+        projections it adapted."""
+        from keras_gen.training import peft_adapter
+
+        return peft_adapter.load(self, path)
 
     def compile_from_config(self, config):
         """Keras loading: compile with the saved optimizer and loss.

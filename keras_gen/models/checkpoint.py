@@ -332,19 +332,24 @@ def _to_numpy(variable):
     return np.asarray(array).astype(NUMPY_DTYPES.get(dtype, dtype), copy=False)
 
 
-def _dequantized(backbone):
-    """`{variable path: float32 array}` for the int8 weights of `backbone`.
+def _float_weights(backbone):
+    """`{variable path: float32 array}` for the weights of `backbone` that
+    are not stored as they are written: int8 ones and adapted kernels.
 
     `quantize("int8")` keeps int8 values and one scale per output channel
     (per row of an embedding); a Hugging Face folder holds float weights,
-    so they are written as `values / scale`. Other modes are refused.
+    so they are written as `values / scale`. Other modes are refused. A
+    kernel with a LoRA adapter is written merged (`W + (alpha / r) A B`).
     """
+    from keras_gen.training import lora
+
     weights = {}
     for layer in backbone._flatten_layers():
         mode = getattr(layer, "quantization_mode", None)
-        if mode is None:
+        adapted = getattr(layer, "lora_enabled", False)
+        if mode is None and not adapted:
             continue
-        if mode != "int8":
+        if mode not in (None, "int8"):
             raise ValueError(
                 f"`save_pretrained` writes float or int8-quantized models; "
                 f"{layer.path} is quantized as {mode!r}. Save with "
@@ -352,12 +357,13 @@ def _dequantized(backbone):
             )
         if isinstance(layer, keras.layers.Embedding):
             variable = layer._embeddings
-            scale = keras.ops.convert_to_numpy(layer.embeddings_scale)[:, None]
+            scale = layer.embeddings_scale[:, None] if mode else 1.0
         else:
             variable = layer._kernel
-            scale = keras.ops.convert_to_numpy(layer.kernel_scale)
+            scale = layer.kernel_scale if mode else 1.0
         values = keras.ops.convert_to_numpy(variable.value).astype("float32")
-        weights[variable.path] = values / scale
+        values = values / keras.ops.convert_to_numpy(scale)
+        weights[variable.path] = values + lora.delta(layer) if adapted else values
     return weights
 
 
@@ -392,10 +398,10 @@ def save_causal_lm(causal_lm, path):
                 value = value[0]
             config[key] = special_ids[key] = value
     config["dtype"] = keras.backend.standardize_dtype(backbone.variable_dtype)
-    dequantized = _dequantized(backbone)
+    converted = _float_weights(backbone)
     weights = {}
     for name, variable, transpose in converter.weight_map(backbone):
-        array = dequantized.get(variable.path)
+        array = converted.get(variable.path)
         if array is None:
             array = _to_numpy(variable)
         else:

@@ -299,6 +299,11 @@ class DecoderBackbone(Backbone):
             x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
         return x
 
+    def default_lora_targets(self):
+        if self.transformer_layers[0].fused_projections:
+            return ("qkv_proj",)
+        return super().default_lora_targets()
+
     def final_norm(self, x):
         return self.norm(x)
 

@@ -225,7 +225,7 @@ def layer_types(backbone):
 
 def _dense(layer, name):
     # torch `Linear` stores `(out, in)`: the transpose of a Keras kernel.
-    weights = [(f"{name}.weight", layer.kernel, True)]
+    weights = [(f"{name}.weight", layer._kernel, True)]
     if layer.use_bias:
         weights.append((f"{name}.bias", layer.bias, False))
     return weights
@@ -247,7 +247,7 @@ def _block_weights(block, name, experts):
         ]
     if block.mlp is not None:
         router, expert_list, (gate, up, down) = EXPERT_NAMES[experts]
-        weights.append((f"{name}.{router}.weight", block.mlp.router.kernel, True))
+        weights.append((f"{name}.{router}.weight", block.mlp.router._kernel, True))
         count = block.mlp.num_experts
         for projection, variable in (
             (gate, block.mlp.gate_kernel),

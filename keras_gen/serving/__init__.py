@@ -8,7 +8,7 @@ import importlib
 
 _EXPORTS = {
     "APIError": "keras_gen.serving.api_error",
-    "ChatTemplate": "keras_gen.serving.chat_template",
+    "ChatTemplate": "keras_gen.tokenizers.chat_template",
     "CompletionRequest": "keras_gen.serving.completion_request",
     "Engine": "keras_gen.serving.engine",
     "EngineClosed": "keras_gen.serving.engine",

@@ -22,7 +22,7 @@ import starlette.exceptions
 
 from keras_gen.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
-from keras_gen.serving.chat_template import ChatTemplate
+from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.serving.completion_request import CompletionRequest
 from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed

@@ -1,3 +1,4 @@
-"""Tokenizers: text to token ids and back."""
+"""Tokenizers: text to token ids and back, and chat templates."""
 
+from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.tokenizers.tokenizer import Tokenizer

@@ -95,7 +95,7 @@ TEMPLATE = (
 
 
 def test_chat_template_file_that_transformers_writes_is_kept(folder, tmp_path):
-    from keras_gen.serving.chat_template import ChatTemplate
+    from keras_gen.tokenizers.chat_template import ChatTemplate
 
     hf_tokenizer = hf_models.transformers.AutoTokenizer.from_pretrained(folder)
     hf_tokenizer.chat_template = TEMPLATE

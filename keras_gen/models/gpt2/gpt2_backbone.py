@@ -101,15 +101,19 @@ class GPT2Backbone(Backbone):
         length = ops.shape(token_ids)[1]
         if len(getattr(index, "shape", ())) == 1:
             # Per-row positions (batch, length). Speculative decoding may
-            # look past the last position; those tokens are never kept.
+            # look past the last position, and left padding starts before
+            # the first; those tokens are never kept.
             positions = index[:, None] + ops.arange(length, dtype="int32")
-            positions = ops.minimum(positions, self.max_sequence_length - 1)
+            positions = ops.clip(positions, 0, self.max_sequence_length - 1)
             return self.embeddings_dropout(
                 self.wte(token_ids) + self.wpe(positions), training=training
             )
         positions = index + ops.arange(length, dtype="int32")
         x = self.wte(token_ids) + self.wpe(positions)[None]
         return self.embeddings_dropout(x, training=training)
+
+    def default_lora_targets(self):
+        return ("c_attn",)
 
     def final_norm(self, x):
         return self.ln_f(x)

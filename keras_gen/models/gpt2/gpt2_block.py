@@ -28,6 +28,7 @@ class GPT2Block(keras.layers.Layer):
         index: scalar int tensor, the position of `x`'s first token, or
             `(batch,)`: one position per row.
         seed_cache: bool, see `CachedAttention`.
+        padding_mask: `None` or `(batch, length)`, see `CachedAttention`.
     """
 
     def __init__(
@@ -79,7 +80,9 @@ class GPT2Block(keras.layers.Layer):
         x = ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, cache=None, index=0, seed_cache=False, training=False):
+    def call(
+        self, x, cache=None, index=0, seed_cache=False, padding_mask=None, training=False
+    ):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         query, key, value = ops.split(self.c_attn(self.ln_1(x)), 3, axis=-1)
         attended, cache = self.attention(
@@ -89,6 +92,7 @@ class GPT2Block(keras.layers.Layer):
             cache=cache,
             index=index,
             seed_cache=seed_cache,
+            padding_mask=padding_mask,
         )
         attended = ops.reshape(
             ops.transpose(attended, (0, 2, 1, 3)),

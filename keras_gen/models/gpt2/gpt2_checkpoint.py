@@ -95,7 +95,7 @@ def _norm(layer, name):
 def _dense(layer, name):
     # transformers' `Conv1D` stores `(in, out)`, the layout of a Keras kernel.
     return [
-        (f"{name}.weight", layer.kernel, False),
+        (f"{name}.weight", layer._kernel, False),
         (f"{name}.bias", layer.bias, False),
     ]
 

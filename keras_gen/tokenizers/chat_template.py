@@ -1,4 +1,5 @@
-"""Chat messages to a prompt, with the model's jinja2 chat template."""
+"""Chat messages to a prompt (or a training text), with the model's jinja2
+chat template."""
 
 import jinja2
 import jinja2.sandbox
@@ -83,3 +84,39 @@ class ChatTemplate:
             bos_token=self.bos_token,
             eos_token=self.eos_token,
         )
+
+    def segments(self, messages):
+        """`render(messages)` cut into `(text, is_reply)` pieces, for
+        training on the assistant's replies only.
+
+        A reply's piece is what the template writes after the generation
+        prompt of the messages before it, up to the end of that reply (its
+        end token included): what the model generates when it answers.
+
+        Raises:
+            ValueError: the template renders an earlier conversation as
+                something other than the start of a longer one, so replies
+                cannot be told apart from prompts.
+        """
+        pieces, done = [], ""
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            before = self.render(messages[:i], add_generation_prompt=True)
+            after = self.render(messages[: i + 1], add_generation_prompt=False)
+            if not (before.startswith(done) and after.startswith(before)):
+                raise ValueError(
+                    "The chat template does not render a conversation as the "
+                    "start of its continuation, so its replies cannot be told "
+                    "from its prompts: train with `mask_prompt=False`."
+                )
+            pieces += [(before[len(done):], False), (after[len(before):], True)]
+            done = after
+        text = self.render(messages, add_generation_prompt=False)
+        if not text.startswith(done):
+            raise ValueError(
+                "The chat template renders the whole conversation differently "
+                "from its parts: train with `mask_prompt=False`."
+            )
+        pieces.append((text[len(done):], False))
+        return [(piece, is_reply) for piece, is_reply in pieces if piece]

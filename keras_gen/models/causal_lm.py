@@ -293,12 +293,6 @@ class CausalLM(keras.Model):
     def _training_data(self, x, y, kwargs, options, batch_size):
         """`(x, y, kwargs)` with text (and text `validation_data`) turned
         into arrays or a dataset by the preprocessor."""
-        unknown = sorted(set(options) - set(PREPROCESSING_OPTIONS))
-        if unknown:
-            raise TypeError(
-                f"Unknown keyword arguments {unknown}. Text preprocessing takes "
-                f"{list(PREPROCESSING_OPTIONS)}."
-            )
         if not preprocessing.is_text(x):
             if options:
                 raise ValueError(

@@ -292,7 +292,7 @@ def _shifted(token_ids, mask, weights):
     """The model reads `[:, :-1]` and predicts `[:, 1:]`."""
     inputs = {"token_ids": token_ids[:, :-1], "padding_mask": mask[:, :-1]}
     # A label counts where it is a real, learnt token.
-    return inputs, token_ids[:, 1:], weights[:, 1:] * mask[:, 1:]
+    return inputs, token_ids[:, 1:], weights[:, 1:] * mask[:, 1:].astype("float32")
 
 
 def _flat(arrays):

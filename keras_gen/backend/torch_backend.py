@@ -10,6 +10,7 @@ import os
 import warnings
 
 import torch
+from keras.src.backend.common import global_state
 
 from keras_gen import backend
 
@@ -24,6 +25,15 @@ GROWS_CACHES = False
 # code), another torch.compile backend such as "aot_eager" (quick to
 # compile), or "none" to run the loop step eagerly.
 COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
+
+# Keras' scopes (device, stateless, symbolic: `fit` enters them) leave
+# their global attribute set to None where it was absent. The compiled step
+# guards on those attributes and would compile again after the first `fit`:
+# set them once, before anything compiles.
+for _name in ("torch_device", "stateless_scope", "symbolic_scope"):
+    global_state.set_global_attribute(
+        _name, global_state.get_global_attribute(_name, None)
+    )
 
 
 def use_compilation_cache(path):

@@ -57,6 +57,8 @@ setup(
             "transformers",
             # Structured output tests validate what they generate.
             "jsonschema",
+            # LoRA adapters are checked against PEFT's own loading.
+            "peft",
             # A CPU peer of tools/benchmark.py (its smoke test runs it).
             "ctranslate2",
         ],

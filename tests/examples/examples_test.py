@@ -55,3 +55,19 @@ def test_structured_output_example_runs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert all(line.startswith("{'statement': '") for line in lines[:2])
     assert lines[2].startswith("['yes'") or lines[2].startswith("['no'")
+
+
+@pytest.mark.only_backend("jax")
+def test_finetune_lora_example_runs(tmp_path, capsys):
+    from tests.text_models import save_tiny_text_model
+
+    save_tiny_text_model(tmp_path / "model")
+    example = runpy.run_path(str(EXAMPLES / "finetune_lora.py"))
+    example["main"]([str(tmp_path / "model"), "--steps", "4", "--out", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("training ") and " of " in lines[0]
+    before, after = (float(x) for x in lines[1].split()[2:5:2])
+    assert after < before
+    assert sorted(os.listdir(tmp_path / "adapter")) == [
+        "adapter_config.json", "adapter_model.safetensors"
+    ]

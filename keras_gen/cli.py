@@ -110,6 +110,13 @@ def _add_common(parser):
         "--dtype", choices=("float32", "bfloat16", "float16"), default=None
     )
     parser.add_argument(
+        "--lora",
+        metavar="FOLDER",
+        default=None,
+        help="a PEFT LoRA adapter folder (adapter_config.json, "
+        "adapter_model.safetensors), merged into the model after loading",
+    )
+    parser.add_argument(
         "--no-compilation-cache",
         action="store_true",
         help="compile afresh, without the persistent compilation cache "
@@ -282,9 +289,10 @@ def say(message):
     print(f"keras-gen: {message}", file=sys.stderr, flush=True)
 
 
-def load_model(model, dtype=None):
-    """A `CausalLM` from a preset name or a model folder, with clean errors;
-    says on stderr what it loaded and how long it took."""
+def load_model(model, dtype=None, lora=None):
+    """A `CausalLM` from a preset name or a model folder (and a LoRA adapter
+    merged in), with clean errors; says on stderr what it loaded and how
+    long it took."""
     started = time.perf_counter()
     from keras_gen import presets
 
@@ -300,6 +308,13 @@ def load_model(model, dtype=None):
         lm = CausalLM.from_preset(model, dtype=dtype)
     except (OSError, ValueError) as error:
         raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
+    if lora is not None:
+        try:
+            count = lm.load_lora(lora)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--lora {lora!r}: {_first_line(error)}") from None
+        lm.backbone.merge_lora()
+        model = f"{model} with the adapter {lora} ({count} projections)"
     seconds = time.perf_counter() - started
     say(f"loaded {model} on {_backend()} in {seconds:.1f} s")
     return lm
@@ -384,7 +399,7 @@ def run_generate(args):
     prompt = read_prompt(args.prompt)
     options = generation_options(args)
     started = time.perf_counter()
-    lm = load_model(args.model, args.dtype)
+    lm = load_model(args.model, args.dtype, args.lora)
     if lm.tokenizer is None:
         raise UsageError(f"--model {args.model!r} has no tokenizer.json")
     config = lm.generation_config.merge(options)
@@ -480,7 +495,7 @@ def run_serve(args):
             file=sys.stderr,
         )
         return 1
-    lm = load_model(args.model, args.dtype)
+    lm = load_model(args.model, args.dtype, args.lora)
     serving.serve(
         lm,
         host=args.host,

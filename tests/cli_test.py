@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 from keras_gen import cli
@@ -133,6 +134,29 @@ def test_json_output_matches_generate(capsys, model_folder):
         "generate_seconds",
         "tokens_per_second",
     }
+
+
+def test_lora_adapter_is_merged_in(capsys, model_folder, tmp_path):
+    path, _ = model_folder
+    from keras_gen.models import CausalLM
+    from keras_gen.training import lora
+
+    adapted = CausalLM.from_pretrained(path)
+    adapted.backbone.enable_lora(2, target_modules="all-linear")
+    for layer in lora.adapted(adapted.backbone):
+        layer.lora_kernel_b.assign(np.full(layer.lora_kernel_b.shape, 0.3, "float32"))
+    adapted.save_lora(tmp_path / "adapter")
+    options = ("--max-new-tokens", "6", "--json")
+    status, out, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--lora", str(tmp_path / "adapter"), *options
+    )
+    assert status == 0 and "with the adapter" in err
+    expected = adapted.generate(PROMPT, max_new_tokens=6, return_dict=True)
+    assert json.loads(out)["tokens"] == expected.token_ids[0]
+    _, plain, _ = run(capsys, "generate", PROMPT, "--model", path, *options)
+    assert json.loads(plain)["tokens"] != expected.token_ids[0]
+    status, _, err = run(capsys, "generate", PROMPT, "--model", path, "--lora", str(tmp_path))
+    assert status == 2 and err.count("\n") == 1 and "--lora" in err
 
 
 def test_structured_output_flags(capsys, model_folder, tmp_path):

@@ -290,9 +290,11 @@ class CausalLM(keras.Model):
             )
         self._preprocessor = preprocessor
 
-    def _training_data(self, x, y, kwargs, options, batch_size):
+    def _training_data(self, x, y, batch_size, kwargs):
         """`(x, y, kwargs)` with text (and text `validation_data`) turned
-        into arrays or a dataset by the preprocessor."""
+        into arrays or a dataset by the preprocessor, whose options are
+        taken out of `kwargs`."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
         if not preprocessing.is_text(x):
             if options:
                 raise ValueError(
@@ -308,15 +310,17 @@ class CausalLM(keras.Model):
         preprocessor = self.preprocessor.replace(**options)
 
         def convert(data):
+            """A dataset, or `(inputs, labels, sample_weight)` arrays."""
             if preprocessing.is_dataset(data):
-                return preprocessor.dataset(data, batch_size), None, None
+                return preprocessor.dataset(data, batch_size)
             return preprocessor(data)
 
-        x, y, kwargs["sample_weight"] = convert(x)
+        x = convert(x)
+        if not preprocessing.is_dataset(x):
+            x, y, kwargs["sample_weight"] = x
         validation = kwargs.get("validation_data")
         if validation is not None and preprocessing.is_text(validation):
-            converted = convert(validation)
-            kwargs["validation_data"] = converted[0] if converted[1] is None else converted
+            kwargs["validation_data"] = convert(validation)
         return x, y, kwargs
 
     def fit(self, x=None, y=None, batch_size=None, **kwargs):
@@ -333,16 +337,14 @@ class CausalLM(keras.Model):
         >>> lm.fit(["first text", "second text"], epochs=3, batch_size=2)  # doctest: +SKIP
         >>> lm.fit([("Question?", "Answer.")], sequence_length=128)  # doctest: +SKIP
         """
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
-        x, y, kwargs = self._training_data(x, y, kwargs, options, batch_size)
+        x, y, kwargs = self._training_data(x, y, batch_size, kwargs)
         self._check_optimizer()
         return super().fit(x, y, batch_size=batch_size, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """Evaluate, as `keras.Model.evaluate`, on token ids or on text
         (read as `fit` reads it)."""
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
-        x, y, kwargs = self._training_data(x, y, kwargs, options, batch_size)
+        x, y, kwargs = self._training_data(x, y, batch_size, kwargs)
         return super().evaluate(x, y, batch_size=batch_size, **kwargs)
 
     def _check_optimizer(self):
@@ -350,8 +352,10 @@ class CausalLM(keras.Model):
         optimizer = self.optimizer
         if optimizer is None or not optimizer.built:
             return
-        tracked = {v.path for v in optimizer._trainable_variables}
-        if tracked != {v.path for v in self.trainable_variables}:
+        tracked = getattr(optimizer, "_trainable_variables", None)
+        if tracked is not None and {v.path for v in tracked} != {
+            v.path for v in self.trainable_variables
+        }:
             raise ValueError(
                 "The trainable weights changed since the optimizer was built "
                 "(for instance `backbone.enable_lora` after `fit`): start a new "

@@ -14,6 +14,7 @@ import math
 import os
 import re
 
+import keras
 import numpy as np
 import safetensors
 import safetensors.numpy
@@ -59,8 +60,8 @@ def save(causal_lm, path):
         )
     tensors, ranks, alphas = {}, {}, {}
     for name, layer in adapted.items():
-        a = np.asarray(_numpy(layer.lora_kernel_a), "float32")
-        b = np.asarray(_numpy(layer.lora_kernel_b), "float32")
+        a = keras.ops.convert_to_numpy(layer.lora_kernel_a).astype("float32")
+        b = keras.ops.convert_to_numpy(layer.lora_kernel_b).astype("float32")
         tensors[f"{PREFIX}{name}{SUFFIXES['A']}"] = np.ascontiguousarray(a.T)
         tensors[f"{PREFIX}{name}{SUFFIXES['B']}"] = np.ascontiguousarray(b.T)
         ranks[name], alphas[name] = int(layer.lora_rank), float(layer.lora_alpha)
@@ -91,12 +92,6 @@ def save(causal_lm, path):
     safetensors.numpy.save_file(
         tensors, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"}
     )
-
-
-def _numpy(variable):
-    import keras
-
-    return keras.ops.convert_to_numpy(variable)
 
 
 def _read_config(path):
@@ -170,8 +165,7 @@ def load(causal_lm, path):
     halves = sorted(n for n, p in pairs.items() if len(p) != 2)
     if halves:
         raise ValueError(f"{weights_file} lacks lora_A or lora_B for {halves[:3]}.")
-    adapted = {layer.path for layer in lora.adapted(backbone)}
-    if adapted:
+    if lora.adapted(backbone):
         raise ValueError(
             "The model already has adapters: `merge_lora()` them, or load the "
             "adapter into a fresh model."

@@ -82,6 +82,22 @@ def test_fit_takes_validation_text_and_preprocessing_options():
         lm.fit(np.zeros((2, 4), "int32"), np.zeros((2, 4), "int32"), packing=True)
 
 
+def test_fit_on_chats_learns_the_replies():
+    lm = tiny_text_lm()
+    lm.compile(optimizer=keras.optimizers.Adam(1e-2))
+    chat = [
+        {"role": "user", "content": "A class"},
+        {"role": "assistant", "content": "definition defines a class object."},
+    ]
+    lm.fit([chat] * 4, epochs=40, batch_size=4, verbose=0)
+    # The default template's prompt; the reply and its line end were learnt.
+    prompt = "User: A class\nAssistant:"
+    reply = lm.generate(prompt, max_new_tokens=20, do_sample=False, strip_prompt=True)
+    assert reply.startswith(" definition defines a class object.")
+    # NumPy arrays of strings read as lists.
+    assert np.isfinite(lm.evaluate(np.array(TEXT), verbose=0)[0])
+
+
 def test_fit_on_a_dataset_of_strings():
     tf = pytest.importorskip("tensorflow")
     lm = tiny_text_lm()

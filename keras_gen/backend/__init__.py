@@ -11,6 +11,7 @@ import importlib
 import os
 
 import keras
+import numpy as np
 
 from keras_gen.utils import backend_choice
 
@@ -229,6 +230,16 @@ def check_distribution():
             "generation, or call keras.distribution.set_distribution(None) "
             "to generate on one device."
         )
+
+
+def to_numpy(x):
+    """A program output as a NumPy array on this host.
+
+    JAX with several processes: an array sharded over other hosts' devices
+    is gathered from all of them (every process calls this, in the same
+    order, as every process runs the same program).
+    """
+    return np.asarray(_impl.to_numpy(x))
 
 
 def no_grad():

@@ -111,5 +111,13 @@ def distribute_tensor(x, layout):
     return keras.distribution.distribute_tensor(x, layout)
 
 
+def to_numpy(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(x, tiled=True)
+    return keras.ops.convert_to_numpy(x)
+
+
 def no_grad():
     return contextlib.nullcontext()

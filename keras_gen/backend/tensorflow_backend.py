@@ -2,6 +2,7 @@
 
 import contextlib
 
+import keras
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
 
@@ -155,6 +156,10 @@ def uniform_rows(shape, seeds):
 
 def distribute_tensor(x, layout):
     return x
+
+
+def to_numpy(x):
+    return keras.ops.convert_to_numpy(x)
 
 
 def no_grad():

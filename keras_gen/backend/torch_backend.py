@@ -9,6 +9,7 @@ place, and `index` is a tensor, so the step never recompiles as it advances.
 import os
 import warnings
 
+import keras
 import torch
 from keras.src.backend.common import global_state
 
@@ -269,6 +270,10 @@ def uniform_rows(shape, seeds):
 
 def distribute_tensor(x, layout):
     return x
+
+
+def to_numpy(x):
+    return keras.ops.convert_to_numpy(x)
 
 
 def no_grad():

@@ -6,6 +6,7 @@ import secrets
 import numpy as np
 from keras import ops
 
+from keras_gen import backend
 from keras_gen.models import prompts as prompts_lib
 from keras_gen.models.stop_conditions import StopConditions
 from keras_gen.streaming.generation_output import GenerationOutput
@@ -196,9 +197,9 @@ class GenerationRequest:
                 or one per row.
             time_is_up: end every running row with reason `"time"`.
         """
-        token_ids = np.asarray(ops.convert_to_numpy(outputs["token_ids"]))
+        token_ids = backend.to_numpy(outputs["token_ids"])
         if "lengths" in outputs:
-            limits = [int(n) for n in ops.convert_to_numpy(outputs["lengths"])]
+            limits = [int(n) for n in backend.to_numpy(outputs["lengths"])]
         spans = self._advance_rows(token_ids, limits)
         if time_is_up:
             self.finish_reasons = [reason or "time" for reason in self.finish_reasons]
@@ -210,7 +211,7 @@ class GenerationRequest:
             low = min(a for a, _ in spans)
             high = max(max(b for _, b in spans), low)
             for name in self.outputs:
-                window = np.asarray(ops.convert_to_numpy(outputs[name][:, low:high]))
+                window = backend.to_numpy(outputs[name][:, low:high])
                 if name.startswith("top_"):  # the buffer holds the most asked
                     window = window[..., : self.top_logprobs]
                 setattr(
@@ -220,7 +221,7 @@ class GenerationRequest:
                 )
         for name in ("accepted_tokens", "draft_tokens"):
             if name in outputs:
-                counts = ops.convert_to_numpy(outputs[name])
+                counts = backend.to_numpy(outputs[name])
                 setattr(record, name, [int(n) for n in counts])
         if self.tokenizer is not None:
             record.text = [self._text(r, ids) for r, ids in enumerate(record.token_ids)]
@@ -228,9 +229,7 @@ class GenerationRequest:
             # NaN: a stream's row whose search still runs.
             record.sequence_scores = [
                 None if np.isnan(score) else score
-                for score in np.asarray(
-                    ops.convert_to_numpy(outputs["sequence_scores"])
-                ).tolist()
+                for score in backend.to_numpy(outputs["sequence_scores"]).tolist()
             ]
         if self.done:
             record.sequences = [

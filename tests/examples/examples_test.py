@@ -71,3 +71,55 @@ def test_finetune_lora_example_runs(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "adapter")) == [
         "adapter_config.json", "adapter_model.safetensors"
     ]
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.slow
+def test_multihost_generate_on_two_processes_equals_one_device():
+    import json
+
+    import keras_gen
+
+    root = EXAMPLES.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        ),
+    }
+    env.pop("XLA_FLAGS", None)
+    coordinator = f"127.0.0.1:{_free_port()}"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "multihost_generate.py"),
+             "--coordinator", coordinator, "--process-id", str(i), "--cpu-devices", "4"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=300) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    for p, (_, err) in zip(processes, outputs):
+        assert p.returncode == 0, err[-3000:]
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert [r["process"] for r in reports] == [0, 1]
+    assert all(r["devices"] == 8 and r["mesh"] == [2, 4] for r in reports)
+    example = runpy.run_path(str(EXAMPLES / "multihost_generate.py"))
+    lm = keras_gen.CausalLM.from_preset("demo")
+    expected = lm.generate(example["PROMPTS"], max_new_tokens=16, do_sample=False, return_dict=True)
+    # Every process holds the whole result, and it is the one-device result.
+    assert reports[0]["tokens"] == reports[1]["tokens"] == expected.token_ids

@@ -147,11 +147,12 @@ def sharded_runs(tmp_path_factory):
         check=True,
         timeout=900,
     )
-    runs = json.loads(out.read_text())
-    return {
+    report = json.loads(out.read_text())
+    runs = {
         (r["model"], tuple(r["mesh"]), r["config"].get("num_key_value_heads")): r
-        for r in runs
+        for r in report["runs"]
     }
+    return {**runs, "mismatched_map": report["mismatched_map"]}
 
 
 RUN_KEYS = [
@@ -162,6 +163,8 @@ RUN_KEYS = [
     ("llama", (2, 4), 4),
     ("llama", (8, 1), 8),
     ("llama", (1, 8), 4),
+    ("llama_odd", (1, 8), 3),
+    ("llama_odd", (2, 4), 3),
 ]
 RUN_IDS = [f"{m}-{d}x{p}-kv{kv}" for m, (d, p), kv in RUN_KEYS]
 
@@ -196,8 +199,13 @@ def test_generate_is_one_compiled_program(sharded_runs, key):
     assert run["second_generate"] == {"traces": 0, "xla_compiles": [], "calls": 1}
 
 
-def _weight_parameters(model, config):
-    """(split over the model axis, whole on every device), in parameters."""
+def _weight_parameters(model, config, model_size):
+    """(split over the model axis, whole on every device), in parameters.
+
+    A weight is split where the model axis divides the dimension its rule
+    splits; the head splits its hidden rows where it does not divide the
+    vocabulary; anything else is whole.
+    """
     h, inner = config["hidden_dim"], config["intermediate_dim"]
     layers, vocabulary = config["num_layers"], config["vocabulary_size"]
     if model == "gpt2":
@@ -205,14 +213,16 @@ def _weight_parameters(model, config):
             4 * h * h + 3 * h + 2 * h * inner + inner
         )
         whole = layers * 6 * h + 2 * h  # layer norms, row-parallel biases
-    else:
-        head_dim = h // config["num_query_heads"]
-        heads = config["num_query_heads"] + 2 * config["num_key_value_heads"]
-        split = 2 * vocabulary * h + layers * (
-            h * heads * head_dim + config["num_query_heads"] * head_dim * h
-            + 3 * h * inner
-        )
-        whole = layers * 2 * h + h  # RMS norms
+        return split, whole
+    head_dim = h // config["num_query_heads"]
+    query = config["num_query_heads"] * head_dim
+    key = config["num_key_value_heads"] * head_dim
+    split, whole = 2 * vocabulary * h + layers * 3 * h * inner, layers * 2 * h + h
+    for width in (query, key, key, query):  # q, k, v columns; o rows
+        if width % model_size == 0:
+            split += layers * h * width
+        else:
+            whole += layers * h * width
     return split, whole
 
 
@@ -220,7 +230,7 @@ def _weight_parameters(model, config):
 def test_weights_per_device_follow_the_formula(sharded_runs, key):
     run = sharded_runs[key]
     model, (data, model_size), _ = key
-    split, whole = _weight_parameters(model, run["config"])
+    split, whole = _weight_parameters(model, run["config"], model_size)
     expected = FLOAT32_BYTES * (split // model_size + whole)
     assert run["weight_bytes_per_device"] == [expected] * 8
     specs = run["weight_specs"]
@@ -230,8 +240,17 @@ def test_weights_per_device_follow_the_formula(sharded_runs, key):
         assert specs["h_0/c_attn/kernel"] == [None, "model"]
         assert specs["h_0/c_proj/kernel"] == ["model", None]
     else:
-        assert specs["layers_0/k_proj/kernel"] == [None, "model"]
+        config = run["config"]
+        key_width = config["num_key_value_heads"] * config["hidden_dim"] // config["num_query_heads"]
+        keys = "model" if key_width % model_size == 0 else None
+        assert specs["layers_0/k_proj/kernel"] == [None, keys]
         assert specs["layers_0/down_proj/kernel"] == ["model", None]
+        # The head splits the vocabulary, or its hidden rows where the
+        # model axis does not divide the vocabulary.
+        vocabulary_split = config["vocabulary_size"] % model_size == 0
+        assert specs["lm_head/kernel"] == (
+            [None, "model"] if vocabulary_split else ["model", None]
+        )
 
 
 @_sharded
@@ -255,6 +274,27 @@ def test_cache_per_device_follows_the_formula(sharded_runs, key):
         spec = entry["spec"] + [None] * (4 - len(entry["spec"]))
         assert spec[0] == ("batch" if data > 1 else None)
         assert spec[1] == ("model" if heads_split and model_size > 1 else None)
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gpt2", "llama_odd"])
+def test_the_engine_under_model_parallel_serves_the_same_tokens(sharded_runs, model):
+    run = sharded_runs[(model, (2, 4), 3 if model == "llama_odd" else None)]
+    served = run["served"]
+    assert served["tokens"] == served["reference_tokens"]
+    # Slots over the data axis; heads over the model axis where they divide.
+    heads = "model" if model == "gpt2" else None
+    assert (served["cache_spec"] + [None] * 4)[:2] == ["batch", heads]
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.slow
+def test_a_layout_map_of_another_family_is_refused(sharded_runs):
+    message = sharded_runs["mismatched_map"]
+    assert message is not None
+    assert "names none of LlamaBackbone's kernels" in message
+    assert "LlamaBackbone.get_layout_map(mesh)" in message
 
 
 @pytest.mark.only_backend("jax")

@@ -36,6 +36,7 @@ from keras_gen.models import GPT2Backbone  # noqa: E402
 from keras_gen.models import GPT2CausalLM  # noqa: E402
 from keras_gen.models import LlamaBackbone  # noqa: E402
 from keras_gen.models import LlamaCausalLM  # noqa: E402
+from keras_gen.serving import Engine  # noqa: E402
 from keras_gen.streaming import GenerationOutput  # noqa: E402
 
 # Head counts divide every mesh's model axis: head_dim 4. The weight scale
@@ -68,6 +69,22 @@ MODELS = {
             intermediate_dim=64,
         ),
     ),
+    # Shapes the mesh does not divide: a vocabulary of 300 (the head splits
+    # its hidden rows instead), 3 key/value heads of 4 (k_proj and v_proj
+    # whole), 6 query heads (attention whole, q_proj columns split).
+    "llama_odd": (
+        LlamaBackbone,
+        LlamaCausalLM,
+        1.0,
+        dict(
+            vocabulary_size=300,
+            num_layers=2,
+            num_query_heads=6,
+            num_key_value_heads=3,
+            hidden_dim=24,
+            intermediate_dim=64,
+        ),
+    ),
 }
 # (model, key/value heads override, mesh shape (data, model)).
 RUNS = [
@@ -79,6 +96,8 @@ RUNS = [
     ("llama", 8, (8, 1)),
     # 4 key/value heads on a model axis of 8: the cache is not split by heads.
     ("llama", 4, (1, 8)),
+    ("llama_odd", None, (1, 8)),
+    ("llama_odd", None, (2, 4)),
 ]
 # 8 rows, so that a data axis of 8 (or 2) splits them.
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [8, 9], [10, 11, 12], [13], [14, 15], [16], [20]]
@@ -209,6 +228,39 @@ def load_under_distribution(lm):
     }
 
 
+def serve(lm):
+    """Greedy tokens of `PROMPTS` through an `Engine` of 4 slots, and the
+    layout of its cache."""
+    with Engine(lm, max_batch_size=4, max_length=32, chunk_size=3) as engine:
+        handles = [
+            engine.submit(p, max_new_tokens=MAX_NEW_TOKENS, temperature=0)
+            for p in PROMPTS
+        ]
+        tokens = [list(map(int, h.result(300).token_ids[0])) for h in handles]
+        cache = engine._device[0][0]
+        spec = [None if a is None else str(a) for a in getattr(cache.sharding, "spec", ())]
+    return {"tokens": tokens, "cache_spec": spec}
+
+
+def mismatched_map():
+    """The error of a Llama model built under GPT-2's layout map."""
+    mesh = keras.distribution.DeviceMesh(
+        (2, 4), ["batch", "model"], keras.distribution.list_devices()
+    )
+    keras.distribution.set_distribution(
+        keras.distribution.ModelParallel(
+            layout_map=GPT2Backbone.get_layout_map(mesh), batch_dim_name="batch"
+        )
+    )
+    try:
+        build("llama", None)
+    except ValueError as error:
+        return str(error)
+    finally:
+        keras.distribution.set_distribution(None)
+    return None
+
+
 def run(name, num_key_value_heads, mesh_shape, compiles):
     keras.distribution.set_distribution(None)
     reference_tokens, reference_logits = generate(build(name, num_key_value_heads)[0])
@@ -231,7 +283,12 @@ def run(name, num_key_value_heads, mesh_shape, compiles):
             "calls": calls[0],
         }
         specs, weight_bytes = weight_report(lm)
-        stream = loaded = None
+        stream = loaded = served = None
+        if mesh_shape == (2, 4):
+            keras.distribution.set_distribution(None)
+            served_reference = serve(build(name, num_key_value_heads)[0])
+            keras.distribution.set_distribution(distribution_for(name, mesh_shape))
+            served = {**serve(lm), "reference_tokens": served_reference["tokens"]}
         if (name, mesh_shape) == ("gpt2", (2, 4)):
             chunks = lm.stream(PROMPTS, max_new_tokens=MAX_NEW_TOKENS)
             joined = GenerationOutput.join(list(chunks))
@@ -246,6 +303,7 @@ def run(name, num_key_value_heads, mesh_shape, compiles):
             "again_tokens": again,
             "stream_tokens": stream,
             "loaded": loaded,
+            "served": served,
             # The smallest gap between the best and second-best logit of a
             # greedy step on one device: the tokens are robust if it dwarfs
             # the sharded logits' difference.
@@ -272,7 +330,7 @@ def main(path):
     compiles = CompileCounter()
     results = [run(*spec, compiles) for spec in RUNS]
     with open(path, "w") as f:
-        json.dump(results, f)
+        json.dump({"runs": results, "mismatched_map": mismatched_map()}, f)
 
 
 if __name__ == "__main__":

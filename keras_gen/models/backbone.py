@@ -44,6 +44,14 @@ class Backbone(keras.Model):
         # Paths of the weights `enable_lora` froze (and `merge_lora` thaws).
         self._lora_frozen = ()
 
+    def build_weights(self):
+        """Build every weight. Under a `keras.distribution.ModelParallel`
+        each weight takes its layout map rule fitted to its shape: a
+        dimension is split only where the mesh axis divides it (see
+        `layouts.fitted_layouts`)."""
+        with layouts.fitted_layouts(type(self).__name__):
+            self.build(None)
+
     def default_lora_targets(self):
         """The projections `enable_lora` adapts by default: the queries and
         values, as PEFT does."""

@@ -236,7 +236,7 @@ class DecoderBackbone(Backbone):
             self.lm_head = keras.layers.Dense(
                 vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
             )
-        self.build(None)
+        self.build_weights()
 
     def _block(self, i):
         window = self.layer_sliding_window(i)
@@ -331,19 +331,25 @@ class DecoderBackbone(Backbone):
         model axis, so by heads); `o_proj`, `down_proj`: row-parallel.
         Experts split their MLP width the same way; the router is whole.
         `embed_tokens` splits the hidden dimension, `lm_head` the
-        vocabulary.
+        vocabulary, or the hidden dimension where the model axis does not
+        divide the vocabulary (a vocabulary of 300 on 8 devices: each
+        device then holds `hidden / 8` rows of the head, and the logits are
+        summed across the model axis; the same memory as a vocabulary
+        split, with nothing padded).
 
-        The query heads must be divisible by the model axis size. When the
-        key/value heads are not (e.g. 4 on a model axis of 8), `k_proj` and
-        `v_proj` are still split by columns but the cache keeps all its
-        key/value heads on every device of the model axis.
+        The model built under the distribution fits each rule to its
+        weight: a dimension the model axis does not divide (key/value
+        columns of 3 heads on 8 devices, say) is whole on every device.
+        Attention and the cache are split by heads where the model axis
+        divides the (key/value) heads, and whole otherwise.
         """
         model = model_parallel_dim_name
         block = r"(.*/)?layers_\d+/"
         columns = r"(q_proj|k_proj|v_proj|qkv_proj|gate_proj|up_proj|gate_up_proj)"
         rules = [
-            (r"(.*/)?embed_tokens/embeddings", (None, model)),
-            (r"(.*/)?lm_head/kernel", (None, model)),
+            (r"(.*/)?embed_tokens/embeddings", [(None, model), (model, None)]),
+            (r"(.*/)?lm_head/kernel", [(None, model), (model, None)]),
+            (block + r"mlp/router/kernel", (None, None)),
             (block + columns + "/kernel", (None, model)),
             (block + columns + "/bias", (model,)),
             (block + r"(o_proj|down_proj)/kernel", (model, None)),

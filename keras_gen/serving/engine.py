@@ -1,11 +1,13 @@
 """Continuous batching: one compiled step shared by every running request."""
 
 import collections
+import contextlib
 import functools
 import secrets
 import threading
 import time
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -189,6 +191,9 @@ class Engine:
         # The running requests' automata, packed, and their device copies.
         self._tables = ConstraintTables([], lm.backbone.vocabulary_size)
         self._table_tensors = None
+        # Keras keeps the distribution per thread: the step thread runs under
+        # the creator's (slots split over its data axis).
+        self._distribution = keras.distribution.distribution()
         self._thread = threading.Thread(
             target=self._run, name="keras-gen-engine", daemon=True
         )
@@ -362,6 +367,11 @@ class Engine:
     # The step thread.
 
     def _run(self):
+        distribution = self._distribution
+        with contextlib.nullcontext() if distribution is None else distribution.scope():
+            self._serve()
+
+    def _serve(self):
         while True:
             with self._condition:
                 while not self._closed and not self._waiting and not self._jobs:

@@ -87,7 +87,7 @@ class GPT2Backbone(Backbone):
         self.ln_f = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=policy, name="ln_f"
         )
-        self.build(None)
+        self.build_weights()
 
     def build(self, input_shape):
         self.wte.build((None, None))
@@ -146,12 +146,14 @@ class GPT2Backbone(Backbone):
         weights); attention and the cache are then split by heads. Every
         weight is stored once across the model axis.
 
-        The number of heads must be divisible by the model axis size.
+        The model built under the distribution fits each rule to its
+        weight: a dimension the model axis does not divide is whole on
+        every device (an embedding then splits its rows if they divide).
         """
         model = model_parallel_dim_name
         block = r"(.*/)?h_\d+/"
         rules = [
-            (r"(.*/)?(wte|wpe)/embeddings", (None, model)),
+            (r"(.*/)?(wte|wpe)/embeddings", [(None, model), (model, None)]),
             (block + r"(c_attn|c_fc)/kernel", (None, model)),
             (block + r"(c_attn|c_fc)/bias", (model,)),
             (block + r"(c_proj|mlp_c_proj)/kernel", (model, None)),

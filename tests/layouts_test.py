@@ -90,6 +90,44 @@ def test_llama_layout_map_shards_heads_and_mlp():
     assert _axes(layout_map, layouts.HEADS_KEY) == ("data", "tensor", None, None)
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "qwen3_moe", "gemma2", "phi3", "olmo2", "mixtral"])
+def test_every_family_map_names_every_kernel_from_the_instance(kind):
+    hf_models = pytest.importorskip("tests.models.hf_models")
+    from keras_gen.models import architectures
+    from keras_gen.models import checkpoint
+
+    config = hf_models._config(kind).to_dict()
+    name = checkpoint.architecture(config)
+    backbone = architectures.ARCHITECTURES[name].backbone_from_config(config, name, dtype="float32")
+    layout_map = backbone.get_layout_map(_mesh((2, 4), ["batch", "model"]))
+    unnamed = [
+        v.path for v in backbone.weights
+        if len(v.shape) >= 2 and layouts._rule(layout_map, v.path) is None
+    ]
+    assert not unnamed
+
+
+def test_rules_take_the_first_choice_the_mesh_divides():
+    mesh = _mesh((1, 8), ["batch", "model"])
+    layout_map = layouts.make_layout_map(
+        mesh, [("head", [(None, "model"), ("model", None)])], "model", "batch"
+    )
+    fitted = layouts._FittedDistribution(
+        keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+    )
+
+    class Weight:
+        path = "head"
+
+        def __init__(self, shape):
+            self.shape = shape
+
+    assert fitted.get_variable_layout(Weight((24, 320))).axes == (None, "model")
+    assert fitted.get_variable_layout(Weight((24, 300))).axes == ("model", None)
+    assert fitted.get_variable_layout(Weight((20, 300))).axes == (None, None)
+    assert fitted.named == 3 and not fitted.unnamed
+
+
 def test_layout_map_names_a_missing_mesh_axis():
     with pytest.raises(ValueError, match="no axis 'model'"):
         GPT2Backbone.get_layout_map(_mesh((8,), ["batch"]))

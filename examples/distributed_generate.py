@@ -6,17 +6,8 @@ Eight devices make a mesh of 2 data-parallel replicas, each holding the
 model split 4 ways by tensor parallelism. Without 8 accelerators the script
 fakes 8 CPU devices, so it runs anywhere.
 
-Several hosts (e.g. 4 hosts of 2 GPUs): run this same script once per host,
-and start every process with
-
-    jax.distributed.initialize()  # or keras.distribution.initialize()
-
-before any other JAX call (on Cloud TPU and SLURM it finds its peers by
-itself; elsewhere pass `coordinator_address`, `num_processes` and
-`process_id`). `keras.distribution.list_devices()` then lists the devices of
-all hosts, the mesh below spans them, and each process feeds the same
-prompts. Put the model axis within a host (fast links for the per-layer
-all-reduces) and the data axis across hosts.
+Several hosts: see `examples/multihost_generate.py` (one process per host,
+the data axis across hosts, the model axis within one).
 """
 
 import os

@@ -4,7 +4,7 @@ The demo model learnt the Python language reference; here it learns the
 style of the standard library's docstrings. Training and validation texts
 come from different modules.
 
-python examples/finetune_lora.py [MODEL] [--steps N] [--out FOLDER]
+python examples/finetune_lora.py [MODEL] [--steps N] [--texts N] [--out FOLDER]
 """
 
 import argparse
@@ -39,10 +39,12 @@ def main(argv=None):
     parser.add_argument("model", nargs="?", default="demo")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", default=None, help="where the adapter goes")
+    parser.add_argument("--texts", type=int, default=None, help="train on the first N")
     args = parser.parse_args(argv)
 
     lm = keras_gen.CausalLM.from_preset(args.model)
     train, validation = docstrings(TRAIN_MODULES), docstrings(VALIDATION_MODULES)
+    train = train[: args.texts]
     # Rows of 128 tokens, the texts packed end to end: no padding.
     lm.preprocessor = lm.preprocessor.replace(sequence_length=128, packing=True)
 

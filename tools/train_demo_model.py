@@ -210,8 +210,12 @@ def main(argv=None):
             verbose=0,
         )
         validation_loss = lm.evaluate(
-            held_out[:, :-1], held_out[:, 1:], batch_size=args.batch_size, verbose=0
-        )
+            held_out[:, :-1],
+            held_out[:, 1:],
+            batch_size=args.batch_size,
+            verbose=0,
+            return_dict=True,
+        )["loss"]
         history.append(
             {
                 "step": (round_index + 1) * steps_per_round,

@@ -658,11 +658,11 @@ class CausalLM(keras.Model):
         """
         key = (
             kind,
-            # Adapters add weights: a program reads the weights it was built for.
-            self.backbone.weights_structure,
             self.generate_jit_compile,
             sampler.get_structure(),
             processors_lib.structure(processors),
+            # Adapters add weights: a program reads the weights it was built for.
+            self.backbone.weights_structure,
         )
         with self._programs_lock:
             if key in self._programs:
@@ -938,8 +938,9 @@ class CausalLM(keras.Model):
         (`adapter_config.json`, `adapter_model.safetensors`).
 
         `peft.PeftModel.from_pretrained(model, path)` loads it onto the
-        transformers model of this checkpoint, and vLLM serves it as a
-        LoRA adapter. `save_pretrained` writes the merged model instead.
+        transformers model of this checkpoint (it is the folder format of
+        vLLM's LoRA serving too). `save_pretrained` writes the merged model
+        instead.
         """
         from keras_gen.training import peft_adapter
 

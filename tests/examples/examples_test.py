@@ -63,7 +63,9 @@ def test_finetune_lora_example_runs(tmp_path, capsys):
 
     save_tiny_text_model(tmp_path / "model")
     example = runpy.run_path(str(EXAMPLES / "finetune_lora.py"))
-    example["main"]([str(tmp_path / "model"), "--steps", "4", "--out", str(tmp_path)])
+    example["main"](
+        [str(tmp_path / "model"), "--steps", "8", "--texts", "40", "--out", str(tmp_path)]
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("training ") and " of " in lines[0]
     before, after = (float(x) for x in lines[1].split()[2:5:2])

@@ -27,7 +27,9 @@ CASES = {
     "llama": "all-linear",
     "phi3": "all-linear",
     "gemma2": ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"],
+    "olmo2": "all-linear",
     "qwen3_moe": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "mixtral": None,
 }
 
 
@@ -47,6 +49,10 @@ def test_saved_adapters_load_in_peft_and_merge_for_transformers(checkpoint, tmp_
     kind, folder = checkpoint
     lm = CausalLM.from_pretrained(folder)
     lm.backbone.enable_lora(4, target_modules=CASES[kind], lora_alpha=6)
+    # Only the adapters train: r * (in + out) numbers per projection.
+    layers = lora.adapted(lm.backbone)
+    expected = sum(4 * sum(layer.kernel.shape) for layer in layers)
+    assert sum(int(np.prod(v.shape)) for v in lm.trainable_weights) == expected
     rng = np.random.default_rng(0)
     for layer in lora.adapted(lm.backbone):
         shape = layer.lora_kernel_b.shape
@@ -72,7 +78,7 @@ def test_adapters_peft_wrote_load_here(checkpoint, tmp_path):
     config = peft.LoraConfig(
         r=3,
         lora_alpha=5,
-        target_modules=targets if targets == "all-linear" else list(targets),
+        target_modules=targets if targets == "all-linear" else list(targets or ["q_proj", "v_proj"]),
         # Random A and B: a non-zero adapter to compare.
         init_lora_weights=False,
         # rsLoRA scales by alpha / sqrt(r): read as such.

@@ -45,9 +45,7 @@ MIN_ATTENTION_SPAN = 256
 # The longest rows `fit` makes of text by default (keras-hub's default).
 PREPROCESSOR_LENGTH = 1024
 # `fit` and `evaluate` keywords that go to the text preprocessor.
-PREPROCESSING_OPTIONS = (
-    "sequence_length", "packing", "mask_prompt", "add_start_token", "add_end_token"
-)
+PREPROCESSING_OPTIONS = preprocessing.OPTIONS
 
 # Per-row counts a speculative loop keeps: `lengths` tells the host how far
 # each row got; the others are its acceptance counts.

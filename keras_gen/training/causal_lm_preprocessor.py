@@ -304,3 +304,7 @@ def _describe(x):
     if isinstance(x, (list, tuple)) and x:
         return f"a {type(x).__name__} of {type(x[0]).__name__}"
     return type(x).__name__
+
+
+# The options `fit` and `evaluate` take for one call.
+OPTIONS = tuple(f.name for f in dataclasses.fields(CausalLMPreprocessor))[1:]

@@ -95,13 +95,10 @@ def merge(backbone):
     froze. Returns how many projections were merged."""
     layers = adapted(backbone)
     for layer in layers:
-        if layer.quantization_mode == "int8":
-            # Keras requantizes the merged kernel with new scales.
-            kernel, scale, _ = layer._get_kernel_with_merged_lora()
+        # Keras merges (and requantizes an int8 kernel, with new scales).
+        kernel, scale, _ = layer._get_kernel_with_merged_lora()
+        if scale is not None:
             layer.kernel_scale.assign(scale)
-        else:
-            kernel = keras.ops.convert_to_numpy(layer._kernel).astype("float32")
-            kernel = kernel + delta(layer)
         layer._kernel.assign(keras.ops.cast(kernel, layer._kernel.dtype))
         layer._tracker.unlock()
         del layer.lora_kernel_a

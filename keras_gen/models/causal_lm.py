@@ -293,6 +293,8 @@ class CausalLM(keras.Model):
         into arrays or a dataset by the preprocessor, whose options are
         taken out of `kwargs`."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
+        if isinstance(x, (list, tuple)) and not x:
+            raise ValueError("`x` is empty: there is nothing to train or evaluate on.")
         if not preprocessing.is_text(x):
             if options:
                 raise ValueError(

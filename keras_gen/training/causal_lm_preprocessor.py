@@ -62,8 +62,15 @@ def _examples(x):
         x = list(x.reshape(-1)) if x.dtype.kind in "US" else list(x)
     if not isinstance(x, (list, tuple)) or not x:
         return None
+    # A list with some text in it is text: its other examples must be too.
+    texty = any(
+        _is_string(e)
+        or isinstance(e, dict)
+        or (isinstance(e, (list, tuple)) and any(isinstance(m, (dict, str)) for m in e))
+        for e in x
+    )
     examples = []
-    for example in x:
+    for i, example in enumerate(x):
         if _is_string(example):
             examples.append(_text(example))
         elif _is_pair(example):
@@ -72,6 +79,12 @@ def _examples(x):
             examples.append(list(example["messages"]))
         elif _is_conversation(example):
             examples.append(list(example))
+        elif texty:
+            raise TypeError(
+                f"Example {i} is {example!r}: text examples are strings, "
+                "(prompt, completion) pairs or conversations of "
+                "{'role': ..., 'content': ...} messages."
+            )
         else:
             return None
     return examples

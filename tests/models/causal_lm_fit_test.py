@@ -78,6 +78,8 @@ def test_fit_takes_validation_text_and_preprocessing_options():
     assert np.isfinite(lm.evaluate(TEXT, verbose=0)[0])
     with pytest.raises(ValueError, match="Text is its own label"):
         lm.fit(TEXT, np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="`x` is empty"):
+        lm.fit([])
     with pytest.raises(ValueError, match="apply to text"):
         lm.fit(np.zeros((2, 4), "int32"), np.zeros((2, 4), "int32"), packing=True)
 

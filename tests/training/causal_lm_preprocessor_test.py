@@ -156,5 +156,9 @@ def test_bad_arguments_are_named(tokenizer):
         CausalLMPreprocessor(tokenizer, packing="yes")
     with pytest.raises(TypeError, match="Expected text"):
         CausalLMPreprocessor(tokenizer)([1, 2])
+    with pytest.raises(TypeError, match="Example 1 is 3"):
+        CausalLMPreprocessor(tokenizer)(["a", 3])
+    with pytest.raises(TypeError, match="Example 0 is"):
+        CausalLMPreprocessor(tokenizer)([[{"role": "user"}]])
     with pytest.raises(ValueError, match="as long"):
         CausalLMPreprocessor(tokenizer)({"prompts": ["a", "b"], "responses": ["c"]})

@@ -178,6 +178,47 @@ def matmul_transposed(x, y):
     return keras.ops.matmul(x, keras.ops.transpose(y))
 
 
+def int8_matmul(x, kernel, kernel_scale, quantize_inputs=True, transpose=False):
+    """`x @ kernel` for an int8 `kernel` with one scale per output, in
+    Keras' convention (the float weights are `kernel / kernel_scale`).
+
+    `quantize_inputs`: each row of `x` is quantized to int8 on the fly (its
+    absolute maximum maps to 127) and the product runs on int8 with int32
+    sums (XLA's int8 dot; torch's `_int_mm`), as CPU engines' int8 does.
+    Otherwise `kernel` is cast to `x`'s dtype (weight-only int8).
+    `transpose`: `kernel` is `(out, in)`, an int8 embedding table used as
+    the output head. Returns float in `x`'s dtype.
+    """
+    ops = keras.ops
+    kernel = ops.convert_to_tensor(kernel)
+    kernel_scale = ops.convert_to_tensor(kernel_scale)
+    if hasattr(_impl, "int8_matmul"):
+        return _impl.int8_matmul(x, kernel, kernel_scale, quantize_inputs, transpose)
+    # XLA (jax, tensorflow) picks the dot's layout itself: `transpose`
+    # becomes its contracting dimensions.
+    if transpose:
+        kernel = ops.transpose(kernel)
+    if quantize_inputs:
+        rows, scale = quantize_rows(x)
+        product = ops.cast(ops.matmul(rows, kernel), "float32")
+        product = product / (scale * ops.cast(kernel_scale, "float32"))
+    else:
+        product = ops.matmul(x, ops.cast(kernel, x.dtype))
+        product = product / ops.cast(kernel_scale, product.dtype)
+    return ops.cast(product, x.dtype)
+
+
+def quantize_rows(x):
+    """`x` as int8 rows and their `(..., 1)` float32 scales: `x * scale`
+    rounded, each row's absolute maximum mapped to 127 (Keras' absmax
+    scheme, with its epsilon, so an all-zero row stays zero)."""
+    ops = keras.ops
+    x = ops.cast(x, "float32")
+    scale = 127.0 / (ops.amax(ops.abs(x), axis=-1, keepdims=True) + keras.config.epsilon())
+    rows = ops.clip(ops.round(x * scale), -127, 127)
+    return ops.cast(rows, "int8"), scale
+
+
 def count_tokens(token_ids, weights, vocabulary_size):
     """`(batch, vocabulary_size)` sums of `weights` per token id, row by row.
 

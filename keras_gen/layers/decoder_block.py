@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_gen.layers.cached_attention import CachedAttention
+from keras_gen.layers.dense import Dense
 from keras_gen.layers.mixture_of_experts import ACTIVATIONS
 from keras_gen.layers.mixture_of_experts import MixtureOfExperts
 from keras_gen.layers.mixture_of_experts import activate
@@ -111,7 +112,7 @@ class DecoderBlock(keras.layers.Layer):
         policy = self.dtype_policy
 
         def dense(units, use_bias, name):
-            return keras.layers.Dense(units, use_bias=use_bias, dtype=policy, name=name)
+            return Dense(units, use_bias=use_bias, dtype=policy, name=name)
 
         def norm(name):
             return RMSNormalization(

@@ -111,7 +111,8 @@ class Backbone(keras.Model):
                 policy[layer.path] = layer.dtype_policy
         config["dtype"] = keras.dtype_policies.serialize(policy)
         # The layers' config says whether activations are quantized too
-        # (`CausalLM.quantize` is weight-only by default).
+        # (`CausalLM.quantize(..., quantize_activations=False)` keeps them
+        # float).
         setting = getattr(quantized[0], "quantization_config", None) if quantized else None
         if setting is not None:
             config["quantization_config"] = keras.saving.serialize_keras_object(setting)
@@ -125,9 +126,11 @@ class Backbone(keras.Model):
         if setting is not None:
             setting = keras.saving.deserialize_keras_object(setting)
             for layer in backbone._flatten_layers():
-                if hasattr(layer, "inputs_quantizer") and layer.quantization_mode:
+                if layer.quantization_mode:
+                    # An int8 embedding used as the output head reads it too.
                     layer.quantization_config = setting
-                    layer.inputs_quantizer = setting.activation_quantizer
+                    if hasattr(layer, "inputs_quantizer"):
+                        layer.inputs_quantizer = setting.activation_quantizer
         return backbone
 
     @classmethod
@@ -187,14 +190,20 @@ class Backbone(keras.Model):
         """Logits from an input `keras.layers.Embedding` used as output head.
 
         Works on float and on int8-quantized embeddings (`quantize("int8")`
-        keeps int8 rows and one scale per row: the int8 matrix is read, not
-        a dequantized copy).
+        keeps int8 rows and one scale per row): the int8 table is
+        multiplied as the quantized `Dense` kernels are, with int8 rows of
+        activations unless the model was quantized weight-only.
         """
         if embedding.quantization_mode == "int8":
-            kernel = ops.cast(embedding._embeddings, hidden_states.dtype)
-            logits = backend.matmul_transposed(hidden_states, kernel)
-            scale = ops.cast(embedding.embeddings_scale, logits.dtype)
-            return ops.cast(logits / scale, "float32")
+            config = getattr(embedding, "quantization_config", None)
+            logits = backend.int8_matmul(
+                hidden_states,
+                embedding._embeddings,
+                embedding.embeddings_scale,
+                quantize_inputs=getattr(config, "activation_quantizer", None) is not None,
+                transpose=True,
+            )
+            return ops.cast(logits, "float32")
         kernel = ops.cast(embedding.embeddings, hidden_states.dtype)
         logits = backend.matmul_transposed(hidden_states, kernel)
         return ops.cast(logits, "float32")

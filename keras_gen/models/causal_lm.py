@@ -388,15 +388,17 @@ class CausalLM(keras.Model):
             variables += [v for v in draft.variables if id(v) not in seen]
         return variables
 
-    def quantize(self, mode=None, config=None, quantize_activations=False, **kwargs):
+    def quantize(self, mode=None, config=None, quantize_activations=True, **kwargs):
         """Quantize the weights with Keras and drop the compiled programs
         built for the float weights. Generation then reads the int8 weights.
 
-        `"int8"` is weight-only by default: int8 weights with one scale per
-        output channel, float activations. `quantize_activations=True` keeps
-        Keras' own int8 scheme, which also quantizes each row of activations
-        at run time: faster under XLA, further from the float model. Other
-        arguments go to `keras.Model.quantize`.
+        `"int8"`: int8 weights with one scale per output channel (embedding
+        rows: one per row), and each row of activations quantized to int8 as
+        it reaches a kernel, so that the products run on int8 (as
+        CTranslate2's int8 and llama.cpp's q8_0 do; Keras' own int8
+        scheme). `quantize_activations=False` keeps activations float
+        (weight-only): closer to the float model, slower. Other arguments go
+        to `keras.Model.quantize`.
         """
         if config.mode == "int8" and not quantize_activations:
             # Keras has already resolved `mode` into a `config`.

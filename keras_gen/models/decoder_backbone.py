@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_gen import layouts
 from keras_gen.layers.decoder_block import DecoderBlock
+from keras_gen.layers.dense import Dense
 from keras_gen.layers.rms_normalization import RMSNormalization
 from keras_gen.layers.rotary_embedding import RotaryEmbedding
 from keras_gen.models.backbone import Backbone
@@ -233,7 +234,7 @@ class DecoderBackbone(Backbone):
         )
         self.lm_head = None
         if not tie_word_embeddings:
-            self.lm_head = keras.layers.Dense(
+            self.lm_head = Dense(
                 vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
             )
         self.build_weights()

@@ -83,6 +83,40 @@ def test_matmul_transposed(shape):
     np.testing.assert_allclose(ops.convert_to_numpy(result), x @ y.T, rtol=1e-5, atol=1e-5)
 
 
+def _int8_reference(x, kernel, scale, quantize_inputs):
+    # Keras' convention: float weights are `kernel / scale`.
+    if quantize_inputs:
+        row_scale = 127.0 / (np.abs(x).max(-1, keepdims=True) + keras.config.epsilon())
+        x = np.clip(np.round(x * row_scale), -127, 127) / row_scale
+    return x @ (kernel.astype("float32") / scale)
+
+
+# Shapes that divide by nothing (17 in, 5 out), a single row, leading axes,
+# an all-zero row.
+@pytest.mark.parametrize("quantize_inputs", [True, False])
+@pytest.mark.parametrize("shape", [(2, 17), (1, 17), (2, 3, 17)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_int8_matmul(shape, quantize_inputs, transpose):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype("float32")
+    x[(0,) * (len(shape) - 1)] = 0.0
+    kernel = rng.integers(-127, 128, size=(17, 5)).astype("int8")
+    scale = rng.uniform(20, 40, size=(5,)).astype("float32")
+    stored = kernel.T.copy() if transpose else kernel
+    result = backend.int8_matmul(
+        ops.convert_to_tensor(x),
+        ops.convert_to_tensor(stored),
+        ops.convert_to_tensor(scale),
+        quantize_inputs=quantize_inputs,
+        transpose=transpose,
+    )
+    result = ops.convert_to_numpy(result)
+    assert result.shape == shape[:-1] + (5,) and result.dtype == np.float32
+    expected = _int8_reference(x, kernel, scale, quantize_inputs)
+    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(result[(0,) * (len(shape) - 1)], 0.0)
+
+
 def test_a_donated_argument_comes_back_updated_call_after_call():
     step = backend.compile_function(
         lambda state: {"x": state["x"] + 1, "y": state["y"] * 2},

@@ -3,6 +3,7 @@ import warnings
 import pytest
 
 from keras_gen.models import GPT2CausalLM
+from keras_gen.processors import LogitsProcessor
 from tests.conftest import tiny_gpt2_backbone
 
 PROMPTS = [[5, 9, 2, 33, 61], [7], [1, 2, 3]]
@@ -34,20 +35,42 @@ def test_jit_compile_false_runs_the_step_eagerly(traces):
     assert traces() == 0
 
 
+class _HostProcessor(LogitsProcessor):
+    # A Python branch on a tensor: Dynamo cannot keep that in one graph.
+    def __call__(self, logits, prompt, index, mask):
+        if bool(logits.sum() > 1e30):
+            return logits * 2.0
+        return logits
+
+
 @pytest.mark.only_backend("torch")
 def test_a_step_dynamo_cannot_capture_runs_eagerly_with_a_warning(traces):
     lm = GPT2CausalLM(tiny_gpt2_backbone())
-    # Keras' int8 Dense multiplies through a custom-gradient autograd
-    # Function, which Dynamo cannot trace inside a fullgraph step.
-    lm.quantize("int8")
-    lm.compile(jit_compile=False)
+    lm.compile(jit_compile=False, processors=[_HostProcessor()])
     expected = lm.generate(PROMPTS, max_new_tokens=6)
-    lm.compile()
+    lm.compile(processors=[_HostProcessor()])
     with pytest.warns(UserWarning, match="runs eagerly"):
         assert lm.generate(PROMPTS, max_new_tokens=6) == expected
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # decided once per program
         assert lm.generate(PROMPTS, max_new_tokens=6) == expected
+
+
+@pytest.mark.only_backend("torch")
+@pytest.mark.parametrize("quantize_activations", [True, False])
+def test_an_int8_step_compiles(traces, quantize_activations):
+    lm = GPT2CausalLM(tiny_gpt2_backbone())
+    lm.quantize("int8", quantize_activations=quantize_activations)
+    lm.compile(jit_compile=False)
+    expected = lm.generate(PROMPTS, max_new_tokens=6)
+    lm.compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert lm.generate(PROMPTS, max_new_tokens=6) == expected
+    assert traces() == 1
+    # Its int8 kernels are laid out output-major, as float ones are.
+    kernel = lm.backbone.transformer_layers[0].c_fc._kernel.value
+    assert kernel.stride() == (1, kernel.shape[0])
 
 
 @pytest.mark.only_backend("torch")

@@ -206,9 +206,11 @@ def test_int8_quantization_keeps_greedy_tokens_close(gpt2_lm, quantize_activatio
     gpt2_lm.quantize("int8", quantize_activations=quantize_activations)
     assert gpt2_lm.generate_function is None
     assert "int8" in {v.dtype for v in gpt2_lm.backbone.weights}
-    # Weight-only by default: activations stay float.
-    dense = gpt2_lm.backbone.transformer_layers[0].c_fc
-    assert (dense.inputs_quantizer is not None) == quantize_activations
+    # Every kernel is int8; activations are quantized unless asked not to.
+    block = gpt2_lm.backbone.transformer_layers[0]
+    for dense in (block.c_attn, block.c_proj, block.c_fc, block.mlp_c_proj):
+        assert dense.quantization_mode == "int8"
+        assert (dense.inputs_quantizer is not None) == quantize_activations
     quantized = gpt2_lm.generate(PROMPTS, **kwargs)
     assert quantized.token_ids == reference.token_ids
     drift = max(

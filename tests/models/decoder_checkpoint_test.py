@@ -165,17 +165,22 @@ def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_pa
         if block.mlp is not None:
             assert block.mlp.router.quantization_mode is None
     np.testing.assert_array_equal(_logits(restored, hf_models.FULL_BATCH), quantized)
-    # A Hugging Face folder holds floats: the int8 weights dequantized.
-    lm.save_pretrained(tmp_path / "hf")
+    # A Hugging Face folder holds floats: the int8 weights dequantized, which
+    # with float activations compute the weight-only int8 model's logits.
+    weight_only = CausalLM.from_pretrained(folder)
+    weight_only.quantize("int8", quantize_activations=False)
+    weight_only.save_pretrained(tmp_path / "hf")
     reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path / "hf"
     )
+    weight_only_logits = _logits(weight_only, hf_models.FULL_BATCH)
     np.testing.assert_allclose(
-        hf_models.logits(reloaded, hf_models.FULL_BATCH), quantized, atol=1e-4
+        hf_models.logits(reloaded, hf_models.FULL_BATCH), weight_only_logits, atol=1e-4
     )
-    # Near the float model (raw int8 values read as floats are 1e3 off).
+    # Both near the float model (raw int8 values read as floats are 1e3 off).
     reference = hf_models.logits(model, hf_models.FULL_BATCH)
-    assert np.abs(quantized - reference).max() < 0.2 * np.abs(reference).max()
+    for logits in (quantized, weight_only_logits):
+        assert np.abs(logits - reference).max() < 0.2 * np.abs(reference).max()
 
 
 @pytest.mark.only_backend("jax")

@@ -155,7 +155,8 @@ def test_training_tool_is_deterministic(tmp_path):
 
 
 @pytest.mark.only_backend("jax", "torch")
-def test_weight_only_int8_stays_close_to_float():
+@pytest.mark.parametrize("quantize_activations", [True, False])
+def test_int8_stays_close_to_float(quantize_activations):
     # A trained model, loaded from disk and quantized before its first call.
     lm = CausalLM.from_preset("demo")
     kwargs = dict(
@@ -163,7 +164,7 @@ def test_weight_only_int8_stays_close_to_float():
     )
     prompts = ["The history of", "A river is"]
     reference = lm.generate(prompts, **kwargs)
-    lm.quantize("int8")
+    lm.quantize("int8", quantize_activations=quantize_activations)
     quantized = lm.generate(prompts, **kwargs)
     assert quantized.token_ids == reference.token_ids
     for a, b in zip(reference.log_probs, quantized.log_probs):

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_gen.layers.cached_attention import CachedAttention
+from keras_gen.layers.dense import Dense
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -48,20 +49,20 @@ class GPT2Block(keras.layers.Layer):
         self.ln_1 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
         )
-        self.c_attn = keras.layers.Dense(
+        self.c_attn = Dense(
             3 * hidden_dim, dtype=self.dtype_policy, name="c_attn"
         )
         self.attention = CachedAttention(dtype=self.dtype_policy, name="attention")
-        self.c_proj = keras.layers.Dense(
+        self.c_proj = Dense(
             hidden_dim, dtype=self.dtype_policy, name="c_proj"
         )
         self.ln_2 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
-        self.c_fc = keras.layers.Dense(
+        self.c_fc = Dense(
             intermediate_dim, dtype=self.dtype_policy, name="c_fc"
         )
-        self.mlp_c_proj = keras.layers.Dense(
+        self.mlp_c_proj = Dense(
             hidden_dim, dtype=self.dtype_policy, name="mlp_c_proj"
         )
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)

@@ -1,0 +1,42 @@
+import keras
+
+from keras_gen import backend
+
+
+@keras.saving.register_keras_serializable(package="keras_gen")
+class Dense(keras.layers.Dense):
+    """`keras.layers.Dense` whose int8 form runs an int8 product.
+
+    Keras' int8 `Dense` multiplies through a custom-gradient function (which
+    `torch.compile` cannot capture in one graph) and, on torch's CPU, casts
+    int8 operands to int32. Outside training, and without LoRA adapters,
+    this layer calls `backend.int8_matmul` instead: the same numbers, in
+    one compiled step on every backend. Training keeps Keras' path, whose
+    gradient flows to the inputs (and the adapters).
+    """
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras quantizes a subclass of `Dense` only when told to skip its
+        # type check: this one keeps `Dense`'s variables and calls.
+        super().quantize(mode, type_check=False, config=config)
+
+    def _int8_call(self, inputs, training=None):
+        quantizer = self.inputs_quantizer
+        # `backend.int8_matmul` quantizes rows as Keras' default quantizer
+        # (`AbsMaxQuantizer` over [-127, 127]) does.
+        default = quantizer is None or (
+            tuple(getattr(quantizer, "value_range", ())) == (-127, 127)
+        )
+        if training or self.lora_enabled or not default:
+            return super()._int8_call(inputs, training=training)
+        x = backend.int8_matmul(
+            inputs,
+            self._kernel,
+            self.kernel_scale,
+            quantize_inputs=quantizer is not None,
+        )
+        if self.bias is not None:
+            x = keras.ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x

@@ -166,12 +166,22 @@ def update_block(x, update, starts, donate=False):
     return _impl.update_block(x, update, starts, donate=donate)
 
 
+def matmul(x, kernel):
+    """`x @ kernel` for a `(in, out)` float kernel (a `Dense` layer's).
+
+    torch multiplies its `(out, in)` memory (see `matmul_transposed`).
+    """
+    if hasattr(_impl, "matmul"):
+        return _impl.matmul(x, keras.ops.convert_to_tensor(kernel))
+    return keras.ops.matmul(x, kernel)
+
+
 def matmul_transposed(x, y):
     """`x @ y.T`: `(..., n)` against every row of a `(m, n)` matrix `y`.
 
     How an embedding table serves as the output head. torch picks the
-    product MKL runs fastest for the row count (see its module); XLA
-    chooses its own layouts.
+    product its BLAS runs fastest for the row count on this machine (see
+    its module); XLA chooses its own layouts.
     """
     if hasattr(_impl, "matmul_transposed"):
         return _impl.matmul_transposed(x, y)

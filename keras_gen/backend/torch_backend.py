@@ -7,6 +7,7 @@ place, and `index` is a tensor, so the step never recompiles as it advances.
 """
 
 import os
+import time
 import warnings
 
 import keras
@@ -83,10 +84,11 @@ _program = {"compile": True}
 
 
 def _lay_out_kernels(variables):
-    # A decode step multiplies a few rows by every kernel. MKL reads a
-    # kernel fastest when each output's weights are contiguous: Keras'
-    # `(in, out)` kernels are kept as the transposed view of `(out, in)`
-    # memory (GPT-2 small, two rows, 2 cores: 51.2 -> 41.8 ms per step).
+    # A decode step multiplies a few rows by every kernel. MKL (and
+    # oneDNN's int8 product) read a kernel fastest when each output's
+    # weights are contiguous: Keras' `(in, out)` kernels are kept as the
+    # transposed view of `(out, in)` memory (GPT-2 small, two rows, 2
+    # cores: 51.2 -> 41.8 ms per step).
     # Same Parameter objects, shapes and values; later `assign`s copy into
     # this memory.
     for variable in variables:
@@ -104,6 +106,7 @@ def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):
     _lay_out_kernels(variables)
+    _choose_forms(variables)
     program = {"compile": jit_compile}
 
     def call(*args, **kwargs):
@@ -213,12 +216,59 @@ def update_block(x, update, starts, donate=False):
     return target
 
 
+# How MKL multiplies a few rows by `(out, in)` weights fastest depends on
+# the CPU: as `x @ w.T` (`linear`) on an Intel Xeon (GPT-2's 50257 x 768
+# table, 2 rows, 2 cores: 9.7 ms against 19.6 as `(w @ x.T).T`), as
+# `(w @ x.T).T` on an AMD EPYC (0.26 against 1.14 ms per 768 x 3072 kernel).
+# Beyond 3 rows `(w @ x.T).T` wins on both (8 rows of that table on the Xeon:
+# 20.0 against 30.7 ms). `_choose_forms` times both on the model's own
+# kernels before its first step compiles, once per process.
+_FEW_ROWS = {"linear": True}
+
+# Kernels that fit in a CPU's caches say nothing about reading them from
+# memory: smaller models keep the default form.
+_TIMED_BYTES = 64 << 20
+
+
+def _choose_forms(variables):
+    if "timed" in _FEW_ROWS:
+        return
+    kernels = [
+        v.value.data.t()
+        for v in variables
+        if v.path.endswith("kernel") and v.value.ndim == 2 and v.value.is_floating_point()
+    ]
+    if sum(k.numel() * k.element_size() for k in kernels) < _TIMED_BYTES:
+        return
+    rows = torch.ones((2, kernels[0].shape[1]), dtype=kernels[0].dtype)
+    forms = {
+        "linear": lambda w: torch.nn.functional.linear(rows, w),
+        "product": lambda w: (w @ rows.t()).t(),
+    }
+    fastest = {}
+    with torch.no_grad():
+        for name, form in forms.items():
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                for kernel in kernels:
+                    if kernel.shape[1] == rows.shape[1]:
+                        form(kernel)
+                times.append(time.perf_counter() - start)
+            fastest[name] = min(times)
+    _FEW_ROWS["linear"] = fastest["linear"] <= fastest["product"]
+    _FEW_ROWS["timed"] = True
+
+
+def matmul(x, kernel):
+    # `kernel` is `(in, out)`: the transposed view of `(out, in)` memory
+    # (`_lay_out_kernels`).
+    return matmul_transposed(x, kernel.t())
+
+
 def matmul_transposed(x, y):
     rows = x.reshape(-1, x.shape[-1])
-    # MKL's fastest form depends on the row count (GPT-2's 50257 x 768
-    # table on 2 cores: 2 rows 9.7 ms as `x @ y.T`, 19.6 ms as
-    # `(y @ x.T).T`; 8 rows 30.7 ms against 20.0 ms).
-    if rows.shape[0] <= 3:
+    if rows.shape[0] <= 3 and _FEW_ROWS["linear"]:
         product = torch.nn.functional.linear(rows, y)
     else:
         product = (y @ rows.t()).t()

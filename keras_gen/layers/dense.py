@@ -5,7 +5,8 @@ from keras_gen import backend
 
 @keras.saving.register_keras_serializable(package="keras_gen")
 class Dense(keras.layers.Dense):
-    """`keras.layers.Dense` whose int8 form runs an int8 product.
+    """`keras.layers.Dense` whose products run the fastest forms the
+    backend has, outside training.
 
     Keras' int8 `Dense` multiplies through a custom-gradient function (which
     `torch.compile` cannot capture in one graph) and, on torch's CPU, casts
@@ -14,6 +15,18 @@ class Dense(keras.layers.Dense):
     one compiled step on every backend. Training keeps Keras' path, whose
     gradient flows to the inputs (and the adapters).
     """
+
+    def call(self, inputs, training=None):
+        # Float kernels: `backend.matmul` (torch picks the product form its
+        # BLAS runs fastest for the row count). Training and LoRA keep Keras'.
+        if training or self.lora_enabled:
+            return super().call(inputs, training=training)
+        x = backend.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            x = keras.ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes a subclass of `Dense` only when told to skip its

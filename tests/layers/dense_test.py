@@ -49,3 +49,17 @@ def test_int8_layer_survives_serialization():
         keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(model(x)),
         rtol=1e-6, atol=1e-6,
     )
+
+
+# One row, a few, many: torch multiplies them in different forms.
+@pytest.mark.parametrize("rows", [1, 3, 9])
+def test_float_call_computes_what_keras_dense_computes(rows):
+    ours, theirs = Dense(5, activation="gelu"), keras.layers.Dense(5, activation="gelu")
+    for layer in (ours, theirs):
+        layer.build((None, 17))
+    theirs.set_weights(ours.get_weights())
+    x = np.random.default_rng(2).normal(size=(rows, 17)).astype("float32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(theirs(x)),
+        rtol=1e-5, atol=1e-5,
+    )

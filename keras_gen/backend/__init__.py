@@ -204,16 +204,16 @@ def int8_matmul(x, kernel, kernel_scale, quantize_inputs=True, transpose=False):
     kernel_scale = ops.convert_to_tensor(kernel_scale)
     if hasattr(_impl, "int8_matmul"):
         return _impl.int8_matmul(x, kernel, kernel_scale, quantize_inputs, transpose)
-    # XLA (jax, tensorflow) picks the dot's layout itself: `transpose`
-    # becomes its contracting dimensions.
-    if transpose:
-        kernel = ops.transpose(kernel)
+    # XLA (jax, tensorflow): an einsum contracts the table's rows where
+    # they lie (a transpose before an int8 dot is copied: GPT-2's 50257 x
+    # 768 table, two rows, 81 ms against 5 in float32).
+    equation = "...i,oi->...o" if transpose else "...i,io->...o"
     if quantize_inputs:
         rows, scale = quantize_rows(x)
-        product = ops.cast(ops.matmul(rows, kernel), "float32")
+        product = ops.cast(ops.einsum(equation, rows, kernel), "float32")
         product = product / (scale * ops.cast(kernel_scale, "float32"))
     else:
-        product = ops.matmul(x, ops.cast(kernel, x.dtype))
+        product = ops.einsum(equation, x, ops.cast(kernel, x.dtype))
         product = product / ops.cast(kernel_scale, product.dtype)
     return ops.cast(product, x.dtype)
 

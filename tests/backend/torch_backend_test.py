@@ -91,3 +91,25 @@ def test_kernels_are_laid_out_output_major_with_their_values_and_parameters():
     assert kernels[0].value.stride() == (1, kernels[0].shape[0])
     kernels[0].assign(before[0])
     assert lm.generate(PROMPTS, max_new_tokens=4) == expected
+
+
+@pytest.mark.only_backend("torch")
+def test_the_few_row_product_form_is_timed_once_and_both_forms_agree(monkeypatch):
+    import numpy as np
+
+    from keras_gen.backend import torch_backend
+
+    # Time even this tiny model's kernels, in a fresh process-wide choice.
+    monkeypatch.setattr(torch_backend, "_TIMED_BYTES", 0)
+    monkeypatch.setattr(torch_backend, "_FEW_ROWS", {"linear": True})
+    lm = GPT2CausalLM(tiny_gpt2_backbone())
+    kwargs = dict(max_new_tokens=6, return_dict=True, output_log_probs=True)
+    chosen = lm.generate(PROMPTS[:2], **kwargs)
+    assert torch_backend._FEW_ROWS["timed"]
+    for linear in (True, False):
+        torch_backend._FEW_ROWS["linear"] = linear
+        lm.compile()
+        other = lm.generate(PROMPTS[:2], **kwargs)
+        assert other.token_ids == chosen.token_ids
+        for a, b in zip(other.log_probs, chosen.log_probs):
+            np.testing.assert_allclose(a, b, atol=1e-5)

@@ -76,6 +76,13 @@ def count_trace():
     _trace_counter[0] += 1
 
 
+def compiling_python():
+    """Whether a compiler is tracing Python bytecode now (torch.compile's
+    Dynamo, inside a generation step). Layers then skip what of Keras'
+    call machinery generation does not need (`layers.LeanCall`)."""
+    return _impl.compiling_python()
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):

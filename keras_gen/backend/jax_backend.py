@@ -28,6 +28,11 @@ def use_compilation_cache(path):
     jax.config.update("jax_compilation_cache_max_size", CACHE_BYTES)
 
 
+def compiling_python():
+    # `jax.jit` traces by running the Python: Keras' calls cost little.
+    return False
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):

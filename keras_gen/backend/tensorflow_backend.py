@@ -41,6 +41,11 @@ def _assigning(fn, donated):
     return assigning_fn
 
 
+def compiling_python():
+    # `tf.function` traces by running the Python: Keras' calls cost little.
+    return False
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):

@@ -102,6 +102,10 @@ def _lay_out_kernels(variables):
             value.data = value.data.t().contiguous().t()
 
 
+def compiling_python():
+    return torch.compiler.is_compiling()
+
+
 def compile_function(
     fn, variables, jit_compile=True, static_argnames=(), donate_argnums=()
 ):

@@ -7,10 +7,11 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen import layouts
+from keras_gen.layers.lean_call import LeanCall
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class CachedAttention(keras.layers.Layer):
+class CachedAttention(LeanCall, keras.layers.Layer):
     """Causal attention that reads and writes a preallocated key/value cache.
 
     The layer has no weights: the projections belong to the model. It writes

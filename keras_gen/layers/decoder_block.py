@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_gen.layers.cached_attention import CachedAttention
 from keras_gen.layers.dense import Dense
+from keras_gen.layers.lean_call import LeanCall
 from keras_gen.layers.mixture_of_experts import ACTIVATIONS
 from keras_gen.layers.mixture_of_experts import MixtureOfExperts
 from keras_gen.layers.mixture_of_experts import activate
@@ -21,7 +22,7 @@ NORM_PLACEMENTS = ("pre", "sandwich", "post")
 QUERY_KEY_NORMS = (None, "head", "projection")
 
 
-class DecoderBlock(keras.layers.Layer):
+class DecoderBlock(LeanCall, keras.layers.Layer):
     """Rotary grouped-query attention and a gated MLP (or experts), with norms.
 
     Llama, Mistral, Qwen 2 and 3, Gemma 1 to 3, Phi-3, OLMo 2 and the

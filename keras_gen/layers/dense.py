@@ -1,10 +1,11 @@
 import keras
 
 from keras_gen import backend
+from keras_gen.layers.lean_call import LeanCall
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class Dense(keras.layers.Dense):
+class Dense(LeanCall, keras.layers.Dense):
     """`keras.layers.Dense` whose products run the fastest forms the
     backend has, outside training.
 

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_gen.layers.dense import Dense
+from keras_gen.layers.lean_call import LeanCall
 from keras_gen.utils.checks import check_choice
 
 ACTIVATIONS = ("silu", "gelu_approximate")
@@ -18,7 +20,7 @@ def activate(x, activation):
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class MixtureOfExperts(keras.layers.Layer):
+class MixtureOfExperts(LeanCall, keras.layers.Layer):
     """Gated MLP experts, `num_experts_per_token` of them per token.
 
     A bias-free `router` scores the experts; the softmax of the scores
@@ -73,7 +75,7 @@ class MixtureOfExperts(keras.layers.Layer):
         self.intermediate_dim = intermediate_dim
         self.activation = activation
         self.normalize_weights = normalize_weights
-        self.router = keras.layers.Dense(
+        self.router = Dense(
             num_experts, use_bias=False, dtype=self.dtype_policy, name=ROUTER_NAME
         )
 

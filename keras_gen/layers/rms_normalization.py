@@ -3,9 +3,11 @@
 import keras
 from keras import ops
 
+from keras_gen.layers.lean_call import LeanCall
+
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class RMSNormalization(keras.layers.Layer):
+class RMSNormalization(LeanCall, keras.layers.Layer):
     """Scale each vector by the inverse of its root mean square.
 
     The statistics are computed in float32 and the normalized vector is

@@ -6,6 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_gen.layers.lean_call import LeanCall
+
 
 def _llama3_frequencies(inverse_frequencies, factor, low_freq_factor,
                         high_freq_factor, original_max_position_embeddings):
@@ -69,7 +71,7 @@ SCALINGS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class RotaryEmbedding(keras.layers.Layer):
+class RotaryEmbedding(LeanCall, keras.layers.Layer):
     """Rotate query or key vectors by angles proportional to their position.
 
     The head dimension is split in two halves that form the real and

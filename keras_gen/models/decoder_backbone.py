@@ -8,6 +8,7 @@ from keras import ops
 from keras_gen import layouts
 from keras_gen.layers.decoder_block import DecoderBlock
 from keras_gen.layers.dense import Dense
+from keras_gen.layers.embedding import Embedding
 from keras_gen.layers.rms_normalization import RMSNormalization
 from keras_gen.layers.rotary_embedding import RotaryEmbedding
 from keras_gen.models.backbone import Backbone
@@ -210,7 +211,7 @@ class DecoderBackbone(Backbone):
         self.dense_layers = dense_layers
 
         policy = self.dtype_policy
-        self.embed_tokens = keras.layers.Embedding(
+        self.embed_tokens = Embedding(
             vocabulary_size, hidden_dim, dtype=policy, name="embed_tokens"
         )
         self.rotary_embedding = RotaryEmbedding(

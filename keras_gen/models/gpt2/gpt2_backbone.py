@@ -4,6 +4,9 @@ import keras
 from keras import ops
 
 from keras_gen import layouts
+from keras_gen.layers.dropout import Dropout
+from keras_gen.layers.embedding import Embedding
+from keras_gen.layers.layer_normalization import LayerNormalization
 from keras_gen.models.backbone import Backbone
 from keras_gen.models.gpt2.gpt2_block import GPT2Block
 
@@ -65,13 +68,13 @@ class GPT2Backbone(Backbone):
         self.layer_norm_epsilon = layer_norm_epsilon
 
         policy = self.dtype_policy
-        self.wte = keras.layers.Embedding(
+        self.wte = Embedding(
             vocabulary_size, hidden_dim, dtype=policy, name="wte"
         )
-        self.wpe = keras.layers.Embedding(
+        self.wpe = Embedding(
             max_sequence_length, hidden_dim, dtype=policy, name="wpe"
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.embeddings_dropout = Dropout(dropout, dtype=policy)
         self.transformer_layers = [
             GPT2Block(
                 num_heads,
@@ -84,7 +87,7 @@ class GPT2Backbone(Backbone):
             )
             for i in range(num_layers)
         ]
-        self.ln_f = keras.layers.LayerNormalization(
+        self.ln_f = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=policy, name="ln_f"
         )
         self.build_weights()

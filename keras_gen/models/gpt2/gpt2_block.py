@@ -5,10 +5,13 @@ from keras import ops
 
 from keras_gen.layers.cached_attention import CachedAttention
 from keras_gen.layers.dense import Dense
+from keras_gen.layers.dropout import Dropout
+from keras_gen.layers.layer_normalization import LayerNormalization
+from keras_gen.layers.lean_call import LeanCall
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
-class GPT2Block(keras.layers.Layer):
+class GPT2Block(LeanCall, keras.layers.Layer):
     """A pre-norm GPT-2 block: attention then a gelu MLP, each residual.
 
     Sublayer names follow the Hugging Face checkpoint (`ln_1`, `c_attn`,
@@ -46,7 +49,7 @@ class GPT2Block(keras.layers.Layer):
         self.hidden_dim = hidden_dim
         self.intermediate_dim = intermediate_dim
         self.head_dim = hidden_dim // num_heads
-        self.ln_1 = keras.layers.LayerNormalization(
+        self.ln_1 = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
         )
         self.c_attn = Dense(
@@ -56,7 +59,7 @@ class GPT2Block(keras.layers.Layer):
         self.c_proj = Dense(
             hidden_dim, dtype=self.dtype_policy, name="c_proj"
         )
-        self.ln_2 = keras.layers.LayerNormalization(
+        self.ln_2 = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
         self.c_fc = Dense(
@@ -65,7 +68,7 @@ class GPT2Block(keras.layers.Layer):
         self.mlp_c_proj = Dense(
             hidden_dim, dtype=self.dtype_policy, name="mlp_c_proj"
         )
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.ln_1.build(input_shape)

@@ -4,7 +4,6 @@ import contextlib
 import json
 import os
 import socket
-import statistics
 import threading
 import time
 
@@ -601,9 +600,7 @@ def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
     }
 
     def ask(**fields):
-        started = time.perf_counter()
         complete(client, **{"max_tokens": 12, **fields})
-        return time.perf_counter() - started
 
     # Warm-up: a greedy and a sampled request per prompt compile the
     # programs of each shape bucket; settings never compile.
@@ -611,7 +608,6 @@ def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
         ask(**{**same, "prompt": prompt})
         ask(prompt=prompt, temperature=0)
     start, rss = compiles(), _rss_mb()
-    varied = []
     for i in range(100):
         fields = {
             name: values[rng.integers(len(values))]
@@ -621,14 +617,11 @@ def test_varied_requests_compile_nothing_and_keep_memory_flat(server, compiles):
         fields = {
             k: float(v) if isinstance(v, float) else int(v) for k, v in fields.items()
         }
-        varied.append(ask(prompt=PROMPTS[i % len(PROMPTS)], seed=i, **fields))
-    repeated = [ask(**same) for _ in range(20)]
+        ask(prompt=PROMPTS[i % len(PROMPTS)], seed=i, **fields)
+    # No timing here (speed lives in tools/benchmark_serving.py): the
+    # compile count says that no request built a program.
     assert compiles() == start, "a request compiled a new program"
     assert _rss_mb() - rss < 100
-    assert statistics.median(varied) < 1.5 * statistics.median(repeated), (
-        statistics.median(varied),
-        statistics.median(repeated),
-    )
 
 
 def test_top_k_top_p_and_min_p_apply_together(server):

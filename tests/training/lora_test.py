@@ -18,10 +18,12 @@ def _logits(lm, tokens=TOKENS):
 
 
 def _randomize(layers, seed=0):
+    # Both factors: `lora_kernel_a` is drawn from Keras' global generator,
+    # whose state depends on the tests run before in the process.
     rng = np.random.default_rng(seed)
     for layer in layers:
-        shape = layer.lora_kernel_b.shape
-        layer.lora_kernel_b.assign(0.5 * rng.standard_normal(shape).astype("float32"))
+        for factor in (layer.lora_kernel_a, layer.lora_kernel_b):
+            factor.assign(0.5 * rng.standard_normal(factor.shape).astype("float32"))
 
 
 def _size(variables):

@@ -91,15 +91,21 @@ def _lay_out_kernels(variables):
     # cores: 51.2 -> 41.8 ms per step).
     # Same Parameter objects, shapes and values; later `assign`s copy into
     # this memory.
-    for variable in variables:
+    for variable in _kernels(variables, torch.int8):
         value = variable.value
-        if (
-            variable.path.endswith("kernel")
-            and value.ndim == 2
-            and (value.is_floating_point() or value.dtype == torch.int8)
-            and value.stride() != (1, value.shape[0])
-        ):
+        if value.stride() != (1, value.shape[0]):
             value.data = value.data.t().contiguous().t()
+
+
+def _kernels(variables, *dtypes):
+    """The 2-D `kernel` variables: floating ones, and those of `dtypes`."""
+    return [
+        v
+        for v in variables
+        if v.path.endswith("kernel")
+        and v.value.ndim == 2
+        and (v.value.is_floating_point() or v.value.dtype in dtypes)
+    ]
 
 
 def compiling_python():
@@ -237,11 +243,7 @@ _TIMED_BYTES = 64 << 20
 def _choose_forms(variables):
     if "timed" in _FEW_ROWS:
         return
-    kernels = [
-        v.value.data.t()
-        for v in variables
-        if v.path.endswith("kernel") and v.value.ndim == 2 and v.value.is_floating_point()
-    ]
+    kernels = [v.value.data.t() for v in _kernels(variables)]
     if sum(k.numel() * k.element_size() for k in kernels) < _TIMED_BYTES:
         return
     rows = torch.ones((2, kernels[0].shape[1]), dtype=kernels[0].dtype)

@@ -22,12 +22,7 @@ class Dense(LeanCall, keras.layers.Dense):
         # BLAS runs fastest for the row count). Training and LoRA keep Keras'.
         if training or self.lora_enabled:
             return super().call(inputs, training=training)
-        x = backend.matmul(inputs, self.kernel)
-        if self.bias is not None:
-            x = keras.ops.add(x, self.bias)
-        if self.activation is not None:
-            x = self.activation(x)
-        return x
+        return self._bias_and_activation(backend.matmul(inputs, self.kernel))
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes a subclass of `Dense` only when told to skip its
@@ -49,6 +44,9 @@ class Dense(LeanCall, keras.layers.Dense):
             self.kernel_scale,
             quantize_inputs=quantizer is not None,
         )
+        return self._bias_and_activation(x)
+
+    def _bias_and_activation(self, x):
         if self.bias is not None:
             x = keras.ops.add(x, self.bias)
         if self.activation is not None:

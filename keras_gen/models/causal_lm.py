@@ -23,6 +23,7 @@ from keras_gen.models.backbone import Backbone
 from keras_gen.models.generation_request import GenerationRequest
 from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
+from keras_gen.sampling import rows as rows_lib
 from keras_gen.sampling import options as options_lib
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.tokenizers.tokenizer import TOKENIZER_FILE
@@ -116,6 +117,17 @@ def program_outputs(loop, finished):
         finished = {"token_ids": finished}
     counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
     return {**loop["outputs"], **counts, **finished}
+
+
+def _bound(sampler, processors, loop):
+    """The copy of `sampler` (and `processors`) that a program traces: it
+    reads the numbers the program received, one per row of `loop`."""
+    return sampler.bound(
+        loop["parameters"],
+        processors,
+        loop["processor_parameters"],
+        rows=ops.shape(loop["token_ids"])[0],
+    )
 
 
 def _quantizable(layer):
@@ -418,8 +430,10 @@ class CausalLM(keras.Model):
 
         Runs the token at `index - 1` against the cache and returns
         `(logits (batch, vocab), hidden_states (batch, hidden), state)`.
+        `index` is a scalar, or one position per row (the serving engine's
+        slots).
         """
-        token = backend.slice(prompt, index - 1, 1, axis=1)
+        token = rows_lib.read(prompt, index - 1)[:, None]
         logits, hidden_states, state = self.backbone.call_with_state(
             token, state, index - 1
         )
@@ -464,35 +478,32 @@ class CausalLM(keras.Model):
             "top_log_probs": (batch, cache_length, top),
         }
         dtypes = {"top_token_ids": "int32"}
-        processor_parameters = inputs.get("processors", [])
-        with sampler.bind(inputs["sampler"]), sampler.use_processors(
-            processors, processor_parameters
-        ):
-            loop = sampler.start(
-                token_ids,
-                state,
-                index,
-                mask=mask,
-                stop_token_ids=inputs["stop_token_ids"],
-                hidden_states=hidden_states,
-                end=inputs["end"],
-                seed=inputs["seed"],
-                outputs={
-                    name: ops.zeros(shapes[name], dtypes.get(name, "float32"))
-                    for name in outputs
-                },
-                stop_sequences=inputs.get("stop_sequences"),
-            )
-            loop = sampler.start_processors(loop)
+        # A sampler's `start` reads its structure only, not its numbers.
+        loop = sampler.start(
+            token_ids,
+            state,
+            index,
+            mask=mask,
+            stop_token_ids=inputs["stop_token_ids"],
+            hidden_states=hidden_states,
+            end=inputs["end"],
+            seed=inputs["seed"],
+            outputs={
+                name: ops.zeros(shapes[name], dtypes.get(name, "float32"))
+                for name in outputs
+            },
+            stop_sequences=inputs.get("stop_sequences"),
+        )
+        loop = {
+            **loop,
+            "parameters": inputs["sampler"],
+            "processor_parameters": inputs.get("processors", []),
+        }
+        loop = _bound(sampler, processors, loop).start_processors(loop)
         if hasattr(sampler, "start_draft"):
             loop = sampler.start_draft(
                 loop, token_ids[:, :prefill_length], mask[:, :prefill_length]
             )
-        loop = {
-            **loop,
-            "parameters": inputs["sampler"],
-            "processor_parameters": processor_parameters,
-        }
         if sampler.first_step_from_prompt:
             loop = self._first_step(loop, hidden_states, processors, sampler)
         return loop
@@ -512,18 +523,14 @@ class CausalLM(keras.Model):
             last = backend.slice(hidden_states, index - 1, 1, axis=1)[:, 0]
             return self.backbone.compute_logits(last), last, state
 
-        with sampler.bind(loop["parameters"]), sampler.use_processors(
-            processors, loop["processor_parameters"]
-        ):
-            return backend.while_loop(
-                lambda loop: ops.logical_and(
-                    sampler.cond(loop), loop["index"] == first
-                ),
-                lambda loop: sampler.step(prompt_next, loop),
-                loop,
-                # On torch: one step is not worth a compiled graph.
-                jit_compile=False,
-            )
+        sampler = _bound(sampler, processors, loop)
+        return backend.while_loop(
+            lambda loop: ops.logical_and(sampler.cond(loop), loop["index"] == first),
+            lambda loop: sampler.step(prompt_next, loop),
+            loop,
+            # On torch: one step is not worth a compiled graph.
+            jit_compile=False,
+        )
 
     def _run_loop(self, loop, processors=(), sampler=None, attention_spans=()):
         """Run the sampler loop until it ends or reaches `loop["until"]`.
@@ -531,22 +538,19 @@ class CausalLM(keras.Model):
         With `attention_spans`, one loop per span in turn, each over a
         cache grown to that span, up to the positions it holds.
         """
-        sampler = sampler or self._defaults(None, processors)[0]
-        with sampler.bind(loop["parameters"]), sampler.use_processors(
-            processors, loop["processor_parameters"]
-        ):
-            if not attention_spans:
-                return sampler.run(self.next, loop)
-            until = loop["until"]
-            for span in attention_spans:
-                # A step at `index` writes and attends from `index - 1`.
-                loop = {
-                    **loop,
-                    "state": self.backbone.grow_state(loop["state"], span),
-                    "until": ops.minimum(until, span + 1),
-                }
-                loop = sampler.run(self.next, loop)
-            return {**loop, "until": until}
+        sampler = _bound(sampler or self._defaults(None, processors)[0], processors, loop)
+        if not attention_spans:
+            return sampler.run(self.next, loop)
+        until = loop["until"]
+        for span in attention_spans:
+            # A step at `index` writes and attends from `index - 1`.
+            loop = {
+                **loop,
+                "state": self.backbone.grow_state(loop["state"], span),
+                "until": ops.minimum(until, span + 1),
+            }
+            loop = sampler.run(self.next, loop)
+        return {**loop, "until": until}
 
     def generate_step(
         self, inputs, prefill_length, outputs=(), processors=(), sampler=None

@@ -13,16 +13,19 @@ from keras_gen.utils.checks import check_token_sequences
 def sequence_bias(logits, prompt, index, sequences, lengths, biases):
     """Add `biases[s]` to the last token of each sequence `s` whose other
     tokens end the row. `(slots, width)` sequences, `(slots,)` lengths and
-    biases; slots of length 0 are padding."""
-    prefix_lengths = ops.maximum(ops.cast(lengths, "int32") - 1, 0)
+    biases for every row, or per row `(rows, slots, width)` and
+    `(rows, slots)`; slots of length 0 are padding."""
+    sequences = ops.cast(sequences, "int32")
+    if len(ops.shape(sequences)) == 2:
+        sequences, lengths, biases = sequences[None], lengths[None], biases[None]
+    lengths = ops.cast(lengths, "int32")  # (rows or 1, slots)
+    prefix_lengths = ops.maximum(lengths - 1, 0)
     match = suffix_match(prompt, index - 1, sequences, prefix_lengths)
-    match = ops.logical_and(match, (ops.cast(lengths, "int32") > 0)[None, :])
-    last = ops.take_along_axis(
-        ops.cast(sequences, "int32"), prefix_lengths[:, None], axis=1
-    )[:, 0]
-    last = ops.broadcast_to(last[None, :], ops.shape(match))
+    match = ops.logical_and(match, lengths > 0)
+    last = ops.take_along_axis(sequences, prefix_lengths[..., None], axis=-1)[..., 0]
+    last = ops.broadcast_to(last, ops.shape(match))
     # `where` before the sum: 0 * -inf would be NaN.
-    weights = ops.where(match, ops.cast(biases, "float32")[None, :], 0.0)
+    weights = ops.where(match, ops.cast(biases, "float32"), 0.0)
     return logits + count_tokens(last, weights, ops.shape(logits)[-1])
 
 
@@ -51,6 +54,8 @@ class BadWords(LogitsProcessor):
     """
 
     tunable_config = ("token_id_sequences",)
+    # Its id lists are padded with -1 (and lengths or biases with 0).
+    resizable = True
 
     def __init__(self, token_id_sequences):
         self.token_id_sequences = check_token_sequences(

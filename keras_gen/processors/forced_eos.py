@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_ids
-from keras_gen.processors.logits_processor import vocabulary_mask
+from keras_gen.sampling.filters import token_mask
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_token_ids
 
@@ -36,6 +36,8 @@ class ForcedEOS(LogitsProcessor):
     """
 
     tunable_config = ("eos_id",)
+    # Its id lists are padded with -1 (and lengths or biases with 0).
+    resizable = True
 
     def __init__(self, eos_id, max_length=None):
         self.eos_id = check_token_ids("eos_id", eos_id)
@@ -53,15 +55,15 @@ class ForcedEOS(LogitsProcessor):
 
     def process(self, logits, loop):
         end = loop["end"] if self.max_length is None else None
-        return self(logits, loop["token_ids"], loop["index"], loop["mask"], end=end)
+        return self(logits, *self.inputs(logits, loop), end=end)
 
     def __call__(self, logits, prompt, index, mask, end=None):
         if end is None:
             end = ops.shape(prompt)[1] if self.max_length is None else self.max_length
-        last = ops.broadcast_to(index == ops.cast(end, "int32") - 1, (ops.shape(logits)[0],))
-        allowed = vocabulary_mask(self.padded_ids, ops.shape(logits)[-1])
-        forced = ops.where(allowed, 0.0, NEG_INF)[None, :]
-        return ops.where(last[:, None], forced, logits)
+        # (rows or 1, 1): a scalar, per-row ends or per-row `max_length`s.
+        last = index == ops.reshape(ops.cast(end, "int32"), (-1, 1)) - 1
+        allowed = token_mask(self.padded_ids, ops.shape(logits)[-1])
+        return ops.where(last, ops.where(allowed, 0.0, NEG_INF), logits)
 
     def get_config(self):
         eos_id = self.eos_id[0] if len(self.eos_id) == 1 else self.eos_id

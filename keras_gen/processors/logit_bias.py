@@ -52,6 +52,8 @@ class LogitBias(LogitsProcessor):
     """
 
     tunable_config = ("bias",)
+    # Its id lists are padded with -1 (and lengths or biases with 0).
+    resizable = True
 
     def __init__(self, bias):
         if not isinstance(bias, dict) or not bias:

@@ -4,6 +4,8 @@ import numpy as np
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.sampling import rows as rows_lib
+from keras_gen.sampling.filters import token_mask
 from keras_gen.utils.tunable import Tunable
 
 NEG_INF = float("-inf")
@@ -31,15 +33,9 @@ def pad_sequences(sequences, minimum=4):
     return padded, lengths
 
 
-def vocabulary_mask(token_ids, vocabulary_size):
-    """`(vocabulary_size,)` bool, `True` at the ids in `token_ids` (-1 pads)."""
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
-    token_ids = ops.cast(token_ids, "int32")
-    return ops.any(vocabulary[:, None] == token_ids[None, :], axis=-1)
-
-
 def history(prompt, index, mask=None, generated_only=False):
-    """`(batch, length)` float weights, 1 at the positions before `index`.
+    """`(batch, length)` float weights, 1 at the positions before `index`
+    (a scalar, or a `(batch, 1)` column).
 
     With `generated_only`, prompt positions (`mask` True) are left out.
     """
@@ -66,15 +62,21 @@ class LogitsProcessor(Tunable):
     The numbers a user tunes are returned by `get_parameters()` (Python
     numbers or numpy arrays of fixed shape). They reach the compiled program
     as tensors: inside it, `self.<name>` is a tensor, so changing them
-    between calls never recompiles. Everything else the processor reads is
-    program structure: keep it in `get_config()` so that a change compiles a
-    new program.
+    between calls never recompiles. Each row has its own: a number is a
+    `(batch, 1)` column and an array of shape `(n,)` a `(batch, n)`
+    tensor (`generate` gives every row the same values; the serving
+    `Engine` gives each request's rows its own). Write arithmetic that
+    broadcasts, as the examples below do, and the processor runs in both.
+    Everything else the processor reads is program structure: keep it in
+    `get_config()` so that a change compiles a new program.
 
     Call arguments:
         logits: `(batch, vocab)` float32 logits for position `index`.
         prompt: `(batch, length)` int32 token buffer; positions before
             `index` hold the sequence so far (prompt and generated tokens).
-        index: scalar int32 tensor, the position being generated.
+        index: `(batch, 1)` int32 column, each row's position being
+            generated (rows of the engine stand at different positions).
+            Called directly, a scalar works too.
         mask: `(batch, length)` bool, `True` where `prompt` holds prompt
             tokens.
 
@@ -84,6 +86,15 @@ class LogitsProcessor(Tunable):
     ...     def __call__(self, logits, prompt, index, mask):
     ...         banned = ops.arange(ops.shape(logits)[-1]) == 3
     ...         return ops.where(banned[None, :], float("-inf"), logits)
+    >>> class Scale(LogitsProcessor):  # a tunable number: `(batch, 1)`
+    ...     def __init__(self, factor=1.0):
+    ...         self.factor = factor
+    ...     def get_parameters(self):
+    ...         return {"factor": float(self.factor)}
+    ...     def __call__(self, logits, prompt, index, mask):
+    ...         return logits * self.factor
+    ...     def get_config(self):
+    ...         return {"factor": self.factor}
     """
 
     # A processor that keeps a per-row state in the loop (structured
@@ -125,7 +136,13 @@ class LogitsProcessor(Tunable):
         Processors that need more of the loop (each row's `end`, the call's
         `stop_token_ids`) override this.
         """
-        return self(logits, loop["token_ids"], loop["index"], loop["mask"])
+        return self(logits, *self.inputs(logits, loop))
+
+    def inputs(self, logits, loop):
+        """`(prompt, index, mask)` of the call arguments, from `loop`:
+        `index` as a `(batch, 1)` column."""
+        index = rows_lib.column(loop["index"], ops.shape(logits)[0])
+        return loop["token_ids"], index, loop["mask"]
 
     def get_token_ids(self):
         """Token ids this processor refers to; `generate` checks them."""

@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_ids
-from keras_gen.processors.logits_processor import vocabulary_mask
+from keras_gen.sampling.filters import token_mask
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_token_ids
 
@@ -42,6 +42,8 @@ class MinLength(LogitsProcessor):
     """
 
     tunable_config = ("stop_token_ids",)
+    # Its id lists are padded with -1 (and lengths or biases with 0).
+    resizable = True
 
     def __init__(self, min_length=None, min_new_tokens=None, stop_token_ids=None):
         if min_length is None and min_new_tokens is None:
@@ -68,21 +70,22 @@ class MinLength(LogitsProcessor):
         return self.stop_token_ids or []
 
     def process(self, logits, loop):
-        return self(logits, loop["token_ids"], loop["index"], loop["mask"],
-                    stop_token_ids=loop["stop_token_ids"])
+        return self(
+            logits, *self.inputs(logits, loop), stop_token_ids=loop["stop_token_ids"]
+        )
 
     def __call__(self, logits, prompt, index, mask, stop_token_ids=None):
         if self.padded_ids is not None:
             stop_token_ids = self.padded_ids
         if stop_token_ids is None:
             raise ValueError("MinLength needs `stop_token_ids`.")
-        prompt_length = ops.sum(ops.cast(mask, "int32"), axis=1)
-        short = ops.logical_or(
+        prompt_length = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)
+        short = ops.logical_or(  # (rows, 1)
             index < ops.cast(_or_zero(self.min_length), "int32"),
             index - prompt_length < ops.cast(_or_zero(self.min_new_tokens), "int32"),
         )
-        banned = vocabulary_mask(stop_token_ids, ops.shape(logits)[-1])
-        return ops.where(ops.logical_and(short[:, None], banned[None, :]), NEG_INF, logits)
+        banned = token_mask(stop_token_ids, ops.shape(logits)[-1])
+        return ops.where(ops.logical_and(short, banned), NEG_INF, logits)
 
     def get_config(self):
         return {

@@ -2,7 +2,6 @@
 
 from keras import ops
 
-from keras_gen import backend
 from keras_gen.generation_config import MAX_NGRAM_SIZE
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
@@ -45,22 +44,27 @@ class NoRepeatNGram(LogitsProcessor):
 
     def __call__(self, logits, prompt, index, mask):
         batch, length = ops.shape(prompt)
-        n = ops.cast(self.n, "int32")
-        index = ops.cast(index, "int32")
+        prompt = ops.cast(prompt, "int32")
+        # (rows or 1, 1) columns: one `n` and one position per row.
+        n = ops.reshape(ops.cast(self.n, "int32"), (-1, 1))
+        index = ops.reshape(ops.cast(index, "int32"), (-1, 1))
         padding = ops.full((batch, MAX_NGRAM_SIZE), -1, "int32")
-        padded = ops.concatenate([ops.cast(prompt, "int32"), padding], axis=1)
+        padded = ops.concatenate([prompt, padding], axis=1)
         # match[b, j]: the n-gram starting at j begins with the last n - 1
         # tokens of row b.
         match = ops.ones((batch, length), "bool")
         for t in range(MAX_NGRAM_SIZE - 1):
             position = ops.clip(index - n + 1 + t, 0, length - 1)
-            current = backend.slice(prompt, position, 1, axis=1)
+            current = ops.take_along_axis(
+                prompt, ops.broadcast_to(position, (batch, 1)), axis=1
+            )
             same = padded[:, t : t + length] == current
             match = ops.logical_and(match, ops.logical_or(same, t >= n - 1))
-        starts = ops.arange(length, dtype="int32")
-        match = ops.logical_and(match, (starts <= index - n)[None, :])
+        starts = ops.arange(length, dtype="int32")[None, :]
+        match = ops.logical_and(match, starts <= index - n)
         # The token that completed each matching n-gram is banned.
-        completions = ops.take(prompt, ops.clip(starts + n - 1, 0, length - 1), axis=1)
+        ends = ops.broadcast_to(ops.clip(starts + n - 1, 0, length - 1), (batch, length))
+        completions = ops.take_along_axis(prompt, ends, axis=1)
         weights = ops.cast(match, "float32")
         banned = count_tokens(completions, weights, ops.shape(logits)[-1]) > 0
         return ops.where(banned, NEG_INF, logits)

@@ -52,6 +52,9 @@ class StructuredOutput(LogitsProcessor):
 
     state_key = "constraint_state"
     tunable_config = ("constraints",)
+    # Its inputs are lookup tables shared by every row (and each row's
+    # starting state), not one number per row.
+    per_row = False
     # `None`: one constraint for every row (the subclasses). The tables are
     # set by `for_request`.
     constraints = None
@@ -109,12 +112,10 @@ class StructuredOutput(LogitsProcessor):
             for constraint in constraints
         ]
         unique = {a.key: a for a in automata if a is not None}
-        tables = ConstraintTables(list(unique.values()), vocabulary_size)
-        bound = StructuredOutput(constraints)
-        bound.tables = tables
-        # Program inputs, read as `self.<name>` inside the program.
-        for name, array in tables.arrays.items():
-            setattr(bound, name, array)
+        bound = StructuredOutput.for_tables(
+            ConstraintTables(list(unique.values()), vocabulary_size), constraints
+        )
+        tables = bound.tables
         bound.row_states = np.asarray(
             [
                 tables.start_state(automaton)
@@ -125,11 +126,22 @@ class StructuredOutput(LogitsProcessor):
         )
         return bound
 
+    @classmethod
+    def for_tables(cls, tables, constraints=()):
+        """A structured output over packed `tables` (its program inputs,
+        read as `self.<name>` inside the program). Without `row_states`, the
+        rows' states are the caller's (the serving engine keeps them)."""
+        bound = cls(list(constraints))
+        bound.tables = tables
+        for name, array in tables.arrays.items():
+            setattr(bound, name, array)
+        return bound
+
     def get_parameters(self):
         if self.tables is None:
             return {}
         names = (*self.tables.arrays, "row_states")
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in names if hasattr(self, name)}
 
     def _check_bound(self):
         if self.tables is None:

@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_ids
-from keras_gen.processors.logits_processor import vocabulary_mask
+from keras_gen.sampling.filters import token_mask
 from keras_gen.utils.checks import check_token_ids
 
 
@@ -28,6 +28,8 @@ class SuppressTokens(LogitsProcessor):
     """
 
     tunable_config = ("token_ids",)
+    # Its id lists are padded with -1 (and lengths or biases with 0).
+    resizable = True
 
     def __init__(self, token_ids):
         self.token_ids = check_token_ids("token_ids", token_ids)
@@ -40,8 +42,8 @@ class SuppressTokens(LogitsProcessor):
         return self.token_ids
 
     def __call__(self, logits, prompt, index, mask):
-        banned = vocabulary_mask(self.padded_ids, ops.shape(logits)[-1])
-        return ops.where(banned[None, :], NEG_INF, logits)
+        banned = token_mask(self.padded_ids, ops.shape(logits)[-1])
+        return ops.where(banned, NEG_INF, logits)
 
     def get_config(self):
         return {"token_ids": self.token_ids}

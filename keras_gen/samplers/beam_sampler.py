@@ -77,6 +77,8 @@ class BeamSampler(Sampler):
     """
 
     deterministic = True
+    # Its numbers are one for the whole search (it runs in `generate` only).
+    per_row = False
 
     def __init__(self, num_beams=5, length_penalty=1.0, early_stopping=False,
                  num_return_sequences=1, temperature=1.0, seed=None):

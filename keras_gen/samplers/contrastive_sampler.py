@@ -38,6 +38,8 @@ class ContrastiveSampler(Sampler):
     """
 
     deterministic = True
+    # Its numbers are one for the whole search (it runs in `generate` only).
+    per_row = False
 
     def __init__(self, k=5, alpha=0.6, temperature=1.0, seed=None):
         self.k = check_count("k", k)

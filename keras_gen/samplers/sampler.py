@@ -1,10 +1,9 @@
 """The base sampler: the generation loop that every sampler shares."""
 
-import contextlib
-
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.sampling import rows as rows_lib
 from keras_gen.sampling import stopping
 from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
@@ -23,10 +22,11 @@ def row_seeds(seed, batch):
     return seed[None, :] + ops.stack([ops.zeros_like(rows), rows], axis=1)
 
 
-def log_prob_outputs(scores, token, outputs):
+def log_prob_outputs(scores, token, outputs, top_rows=None):
     """The log-prob outputs among `outputs` for `(..., vocab)` scores and
     the chosen `(...)` tokens: `log_probs`, and the alternatives
-    `top_token_ids` and `top_log_probs` (as many as the buffer holds)."""
+    `top_token_ids` and `top_log_probs` (as many as the buffer holds),
+    found only when a row of `top_rows` (`(rows,)` bool) asks, if given."""
     if not {"log_probs", "top_log_probs"} & set(outputs):
         return {}
     log_probs = ops.log_softmax(scores, axis=-1)
@@ -34,7 +34,20 @@ def log_prob_outputs(scores, token, outputs):
     values = {"log_probs": ops.take_along_axis(log_probs, chosen, axis=-1)[..., 0]}
     if "top_log_probs" in outputs:
         count = ops.shape(outputs["top_log_probs"])[-1]
-        values["top_log_probs"], values["top_token_ids"] = ops.top_k(log_probs, count)
+
+        def top(log_probs):
+            values, token_ids = ops.top_k(log_probs, count)
+            return values, ops.cast(token_ids, "int32")
+
+        def none(log_probs):
+            shape = (*ops.shape(log_probs)[:-1], count)
+            return ops.zeros(shape, "float32"), ops.zeros(shape, "int32")
+
+        if top_rows is None:
+            found = top(log_probs)
+        else:
+            found = backend.cond(ops.any(top_rows), top, none, log_probs)
+        values["top_log_probs"], values["top_token_ids"] = found
     return values
 
 
@@ -49,7 +62,11 @@ class Sampler(Tunable):
 
     The numbers a user tunes (`temperature`, `k`, `p`, ...) are listed in
     `get_parameters()`. They reach the compiled program as tensors, so
-    changing them between calls never recompiles it.
+    changing them between calls never recompiles it, and inside it each is
+    a `(rows, 1)` column (see `keras_gen.utils.tunable.Tunable`): the
+    serving engine runs one sampler over rows with different settings. A
+    row whose temperature is 0 (the engine's greedy requests) takes its
+    most likely token.
 
     Args:
         temperature: finite float >= 1e-5 (lower ones overflow the logits;
@@ -80,8 +97,8 @@ class Sampler(Tunable):
     ...         return keras.ops.argmax(logits, axis=-1)
     """
 
-    # Logits processors applied by `process_logits`; `use_processors` sets
-    # them for one call.
+    # Logits processors applied by `process_logits`, bound to their numbers
+    # (see `bound`).
     processors = ()
     # The default seed reaches the program as an input: not structure.
     tunable_config = ("seed",)
@@ -186,42 +203,69 @@ class Sampler(Tunable):
         }
 
     def cond(self, loop):
-        """Keep going while a row is unfinished and short of its `end`."""
-        running = ops.logical_and(
-            ops.logical_not(loop["done"]), loop["index"] < loop["end"]
-        )
-        return ops.logical_and(ops.any(running), loop["index"] < loop["until"])
+        """Keep going while a row is unfinished and short of its `end` and
+        of `until`."""
+        index = loop["index"]
+        running = ops.logical_and(ops.logical_not(loop["done"]), index < loop["end"])
+        return ops.any(ops.logical_and(running, index < loop["until"]))
 
     def step(self, next, loop):
-        """Generate one token per row at `loop["index"]`."""
+        """Generate one token per row at `loop["index"]` (a scalar, or one
+        position per row)."""
         index = loop["index"]
         logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
         logits = ops.cast(logits, "float32")
-        scores = self.process_logits(logits, loop) / self.temperature
-        step_seed = loop["seed"] + ops.stack([ops.zeros_like(index), index])
-        token = self.get_next_token(scores, step_seed)
+        processed = self.process_logits(logits, loop)
+        token, scores = self.choose(processed, rows_lib.step_seeds(loop["seed"], index), loop)
         loop = self.record(
             loop, token, logits=logits, scores=scores, hidden_states=hidden_states
         )
         return self.append(loop, token, state)
 
+    def choose(self, processed, seed, loop):
+        """`(tokens (rows,), scores)`: the scores are the processed logits
+        over the temperature; rows at temperature 0 take their argmax, the
+        others `get_next_token` (not run when no running row samples)."""
+        greedy = ops.reshape(self.temperature == 0, (-1,))
+        scores = processed / ops.where(self.temperature == 0, 1.0, self.temperature)
+        best = ops.cast(ops.argmax(scores, axis=-1), "int32")
+        sampled = ops.logical_and(ops.logical_not(greedy), ops.logical_not(loop["done"]))
+        token = backend.cond(
+            ops.any(sampled),
+            lambda scores, seed, best: ops.cast(self.get_next_token(scores, seed), "int32"),
+            lambda scores, seed, best: best,
+            scores,
+            seed,
+            best,
+        )
+        return ops.where(greedy, best, token), scores
+
     def record(self, loop, token, **values):
         """Write the requested per-step outputs at `index`.
 
         `values` holds `(batch, ...)` tensors by output name; `log_probs`
-        is derived from `scores` and the chosen `token` when requested.
+        is derived from `scores` and the chosen `token` when requested,
+        and the top alternatives only when a row of `loop["top_rows"]`
+        asks, where the loop says. A buffer narrower than the positions is
+        a ring: position `i` lands at `i % width` (the serving engine reads
+        its outputs after every chunk of steps).
         """
         if not loop["outputs"]:
             return loop
-        values.update(log_prob_outputs(values["scores"], token, loop["outputs"]))
+        values.update(
+            log_prob_outputs(
+                values["scores"], token, loop["outputs"], loop.get("top_rows")
+            )
+        )
         index = loop["index"]
         outputs = {
-            name: backend.update_slice(
-                buffer, ops.cast(values[name], buffer.dtype)[:, None], index, 1
+            name: rows_lib.write(
+                buffer, values[name], index % ops.shape(buffer)[1], loop["done"]
             )
             for name, buffer in loop["outputs"].items()
         }
         return {**loop, "outputs": outputs}
+
     def process_logits(self, logits, loop):
         """Apply the logits processors, in order, to `(batch, vocab)` logits.
 
@@ -231,18 +275,44 @@ class Sampler(Tunable):
         Stateful processors (structured output) apply last, each falling
         back on its own mask of the unprocessed logits: a row never leaves
         its language.
+
+        With `loop["processor_rows"]` (one `(rows,)` bool per processor,
+        the serving engine's), each processor changes only the rows it
+        holds for, and runs only when a running row needs it.
         """
         if not self.processors:
             return logits
-        processed = logits
-        for processor in self.processors:
+        selected = loop.get("processor_rows") or (None,) * len(self.processors)
+        running = ops.logical_not(loop["done"])
+
+        def apply(processor, rows, processed, unprocessed):
             if processor.state_key is None:
-                processed = processor.process(processed, loop)
+                result = lambda x, _: processor.process(x, loop)  # noqa: E731
+            else:
+                result = lambda x, y: processor.constrain(x, y, loop)  # noqa: E731
+            if rows is None:
+                return result(processed, unprocessed)
+
+            def only_rows(x, y):
+                return ops.where(rows[:, None], result(x, y), x)
+
+            return backend.cond(
+                ops.any(ops.logical_and(rows, running)),
+                only_rows,
+                lambda x, y: x,
+                processed,
+                unprocessed,
+            )
+
+        processed = logits
+        for processor, rows in zip(self.processors, selected):
+            if processor.state_key is None:
+                processed = apply(processor, rows, processed, logits)
         banned = ops.all(processed == float("-inf"), axis=-1, keepdims=True)
         processed = ops.where(banned, logits, processed)
-        for processor in self.processors:
+        for processor, rows in zip(self.processors, selected):
             if processor.state_key is not None:
-                processed = processor.constrain(processed, logits, loop)
+                processed = apply(processor, rows, processed, logits)
         return processed
 
     def processor_states(self, loop):
@@ -270,50 +340,53 @@ class Sampler(Tunable):
             if p.state_key is not None
         }
 
-    @contextlib.contextmanager
-    def use_processors(self, processors, parameters=None):
-        """Within the context, `process_logits` applies `processors`.
+    def bound(self, parameters, processors=(), processor_parameters=None, rows=None):
+        """A copy of this sampler that reads `parameters` (its tunable
+        numbers, tensors) and applies `processors`, each a copy bound to
+        its entry of `processor_parameters` (by default their own values).
 
-        `parameters`: one dict of tensors per processor (their tunable
-        numbers, bound as in `bind`); by default their own values.
+        The program makes it while tracing from its inputs; the objects a
+        caller holds are never changed. With `rows`, each number is
+        repeated per row (see `Tunable.with_parameters`).
         """
         processors = tuple(processors or ())
-        if parameters is None:
-            parameters = [p.get_parameter_tensors() for p in processors]
-        saved = self.processors
-        with contextlib.ExitStack() as stack:
-            for processor, values in zip(processors, parameters):
-                stack.enter_context(processor.bind(values))
-            self.processors = processors
-            try:
-                yield self
-            finally:
-                self.processors = saved
+        if processor_parameters is None:
+            processor_parameters = [p.get_parameter_tensors() for p in processors]
+        sampler = self.with_parameters(parameters, rows)
+        sampler.processors = tuple(
+            p.with_parameters(values, rows)
+            for p, values in zip(processors, processor_parameters)
+        )
+        return sampler
 
     def append(self, loop, token, state):
-        """Write `token` at `index` (keeping prompt tokens) and advance."""
-        index = loop["index"]
+        """Write `token` at `index` (keeping prompt tokens) and advance.
+
+        A row is done after a stop (a stop token, sequence or string) or
+        at its `end`. With one position per row, done rows stand still.
+        """
+        index, done = loop["index"], loop["done"]
         token_ids, mask = loop["token_ids"], loop["mask"]
-        in_prompt = backend.slice(mask, index, 1, axis=1)[:, 0]
-        prompt_token = backend.slice(token_ids, index, 1, axis=1)[:, 0]
-        token = ops.where(in_prompt, prompt_token, ops.cast(token, "int32"))
-        is_stop = ops.any(
-            token[:, None] == loop["stop_token_ids"][None, :], axis=-1
-        )
-        token_ids = backend.update_slice(token_ids, token[:, None], index, 1)
+        in_prompt = rows_lib.read(mask, index)
+        token = ops.where(in_prompt, rows_lib.read(token_ids, index), ops.cast(token, "int32"))
+        is_stop = ops.any(token[:, None] == loop["stop_token_ids"], axis=-1)
+        token_ids = rows_lib.write(token_ids, token, index, done)
         if "stop_sequences" in loop:
             is_stop = ops.logical_or(
                 is_stop, stopping.stop_match(token_ids, index, loop["stop_sequences"])
             )
-        stopped = ops.logical_and(ops.logical_not(in_prompt), is_stop)
-        moved = ops.logical_and(ops.logical_not(in_prompt), ops.logical_not(loop["done"]))
+        stopped = ops.logical_or(
+            ops.logical_and(ops.logical_not(in_prompt), is_stop),
+            index + 1 >= loop["end"],
+        )
+        moved = ops.logical_and(ops.logical_not(in_prompt), ops.logical_not(done))
         return {
             **loop,
             **self.advance_processors(loop, token, moved),
             "token_ids": token_ids,
             "state": state,
-            "index": index + 1,
-            "done": ops.logical_or(loop["done"], stopped),
+            "index": rows_lib.advance(index, ops.logical_not(done)),
+            "done": ops.logical_or(done, stopped),
         }
 
     def run(self, next, loop):
@@ -354,10 +427,9 @@ class Sampler(Tunable):
             prompt, state, index, mask, stop_token_ids, hidden_states,
             stop_sequences=stop_sequences,
         )
-        with self.bind(self.get_parameter_tensors()), self.use_processors(
-            processors
-        ):
-            return self.finish(self.run(next, self.start_processors(loop)))
+        rows = ops.shape(loop["token_ids"])[0]
+        sampler = self.bound(self.get_parameter_tensors(), processors, rows=rows)
+        return sampler.finish(sampler.run(next, sampler.start_processors(loop)))
 
     def get_config(self):
         return {"temperature": self.temperature, "seed": self.seed}

@@ -1,7 +1,6 @@
 """Speculative decoding: a draft proposes tokens, the target verifies them."""
 
 import collections
-import contextlib
 import copy
 
 from keras import ops
@@ -178,13 +177,11 @@ class SpeculativeSampler(Sampler):
         # past it (and never keeps them).
         self.lookahead = self.num_speculative_tokens + 1
 
-    def __copy__(self):
-        # A copy binds its numbers into a copy of the wrapped sampler too;
-        # the models are shared.
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__getstate__())
-        clone.sampler = copy.copy(self.sampler)
-        return clone
+    def with_parameters(self, parameters, rows=None):
+        # The wrapped sampler owns the numbers; the models are shared.
+        bound = copy.copy(self)
+        bound.sampler = self.sampler.with_parameters(parameters, rows)
+        return bound
 
     @property
     def speculation(self):
@@ -216,14 +213,6 @@ class SpeculativeSampler(Sampler):
 
     def get_parameters(self):
         return self.sampler.get_parameters()
-
-    def get_parameter_tensors(self):
-        return self.sampler.get_parameter_tensors()
-
-    @contextlib.contextmanager
-    def bind(self, parameters):
-        with self.sampler.bind(parameters):
-            yield self
 
     def start(self, prompt, state, index, mask=None, *args, **kwargs):
         """The base loop state, widened by `lookahead`, with per-row
@@ -270,30 +259,11 @@ class SpeculativeSampler(Sampler):
         return loop["seed"] + ops.stack([ops.zeros_like(offset), offset])
 
     def _scores(self, logits, loop, token_ids, positions):
-        """Processed, tempered `(batch, vocab)` scores for per-row positions.
-
-        Processors take one scalar index, so with processors each row is
-        processed on its own (the batch size is static). Stateful
-        processors read their states at those positions from `loop`.
-        """
+        """Processed, tempered `(batch, vocab)` scores for per-row
+        `positions`; stateful processors read their states from `loop`."""
         logits = ops.cast(logits, "float32")
-        if self.processors:
-            rows = []
-            for b in range(ops.shape(logits)[0]):
-                row_loop = {
-                    **loop,
-                    **{
-                        key: state[b : b + 1]
-                        for key, state in self.processor_states(loop).items()
-                    },
-                    "token_ids": token_ids[b : b + 1],
-                    "mask": loop["mask"][b : b + 1],
-                    "end": loop["end"][b : b + 1],
-                    "index": positions[b],
-                }
-                rows.append(self.process_logits(logits[b : b + 1], row_loop))
-            logits = ops.concatenate(rows, axis=0)
-        return logits / self.sampler.temperature
+        row_loop = {**loop, "token_ids": token_ids, "index": positions}
+        return self.process_logits(logits, row_loop) / self.sampler.temperature
 
     def _draw(self, scores, seed):
         """A token and the `(batch, vocab)` probabilities it was drawn from."""
@@ -351,14 +321,12 @@ class SpeculativeSampler(Sampler):
             accepted = leading_count(drafts == choices[:, :count])
             correction = take_rows(choices, accepted[:, None])[:, 0]
         else:
-            # Filters take (batch, vocab): fold the K + 1 positions in.
-            batch, width, vocabulary_size = ops.shape(scores)
-            filtered = self.sampler.filter_logits(
-                ops.reshape(scores, (batch * width, vocabulary_size))
-            )
-            probabilities = ops.reshape(
-                ops.softmax(filtered, axis=-1), (batch, width, vocabulary_size)
-            )
+            # Filters take (batch, vocab), with each row's own numbers.
+            filtered = [
+                self.sampler.filter_logits(scores[:, j])
+                for j in range(ops.shape(scores)[1])
+            ]
+            probabilities = ops.softmax(ops.stack(filtered, axis=1), axis=-1)
             p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
             q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
             uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))

@@ -17,6 +17,7 @@ from keras import ops
 
 from keras_gen.sampling.automaton import WORD_BITS
 from keras_gen.sampling.automaton import words
+from keras_gen.sampling.filters import token_mask
 
 FREE = 0
 DEAD = 1
@@ -128,16 +129,6 @@ class ConstraintTables:
         return None, state
 
 
-def _stop_mask(stop_token_ids, vocabulary_size):
-    """`(1 or rows, vocab)` bool, `True` at the stop ids: `(k,)` ids for
-    every row, or `(rows, k)` per row; -1 pads."""
-    stop_token_ids = ops.cast(stop_token_ids, "int32")
-    if len(ops.shape(stop_token_ids)) == 1:
-        stop_token_ids = stop_token_ids[None, :]
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
-    return ops.any(vocabulary[None, :, None] == stop_token_ids[:, None, :], axis=-1)
-
-
 def allowed_tokens(allowed, accepting, states, stop_token_ids, vocabulary_size):
     """`(rows, vocab)` bool: the tokens each row's state allows.
 
@@ -150,7 +141,7 @@ def allowed_tokens(allowed, accepting, states, stop_token_ids, vocabulary_size):
     bits = ops.bitwise_and(ops.right_shift(row_words[:, :, None], shifts), 1)
     mask = ops.reshape(bits, (rows, -1))[:, :vocabulary_size] > 0
     accept = ops.take(accepting, ops.cast(states, "int32"), axis=0) > 0
-    stops = _stop_mask(stop_token_ids, vocabulary_size)
+    stops = token_mask(stop_token_ids, vocabulary_size)
     return ops.where(stops, accept[:, None], mask)
 
 

@@ -2,12 +2,27 @@
 
 Samplers apply them after the temperature; the filter processors apply them
 wherever they sit in a chain. Every threshold is read from the data, so the
-values (`k`, `p`, ...) may be tensors: new values never change the program.
+values (`k`, `p`, ...) may be tensors, one for every row or a `(rows, 1)`
+column of each row's own: new values never change the program.
 """
+
+import functools
 
 from keras import ops
 
+from keras_gen import backend
+
 NEG_INF = float("-inf")
+
+
+def token_mask(token_ids, vocabulary_size):
+    """`(1 or rows, vocab)` bool, `True` at the given ids: `(k,)` ids for
+    every row, or `(rows, k)` per row; -1 pads."""
+    token_ids = ops.cast(token_ids, "int32")
+    if len(ops.shape(token_ids)) == 1:
+        token_ids = token_ids[None, :]
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    return ops.any(vocabulary[None, :, None] == token_ids[:, None, :], axis=-1)
 
 
 def top_k_filter(logits, k):
@@ -110,32 +125,48 @@ def filter_logits(logits, top_k=None, top_p=None, min_p=None, typical_p=None):
 
     Each is skipped when `None`. Values may be tensors; their neutral
     values (`top_k=0`, `top_p=1`, `min_p=0`, `typical_p=1`) keep every token,
-    so one program serves any mix. Top-k and top-p share one sort, and
-    top-p measures mass over what min-p and top-k kept.
+    so one program serves any mix, and a filter that no row needs is not
+    run (no sort when every row's `top_k` and `top_p` are neutral). Top-k
+    and top-p share one sort, and top-p measures mass over what min-p and
+    top-k kept.
     """
+    logits = ops.convert_to_tensor(logits, "float32")
     if min_p is not None:
-        logits = min_p_filter(logits, min_p)
+        logits = _where_needed(ops.any(min_p > 0), min_p_filter, logits, min_p)
     if top_k is not None or top_p is not None:
-        ascending = ops.sort(logits, axis=-1)
-        threshold = ascending[:, :1]  # keeps everything
-        if top_k is not None:
-            vocabulary_size = ops.shape(logits)[-1]
-            k = ops.cast(top_k, "int32")
-            threshold = _kth_largest(ascending, ops.where(k > 0, k, vocabulary_size))
-            ascending = ops.where(ascending >= threshold, ascending, NEG_INF)
-        if top_p is not None:
-            threshold = ops.maximum(threshold, _nucleus_floor(ascending, top_p))
-        logits = ops.where(logits >= threshold, logits, NEG_INF)
+        k = ops.cast(0 if top_k is None else top_k, "int32")
+        p = ops.cast(1.0 if top_p is None else top_p, "float32")
+        needed = ops.logical_or(ops.any(k > 0), ops.any(p < 1))
+        cut = functools.partial(_top_k_top_p, top_p=top_p is not None)
+        logits = _where_needed(needed, cut, logits, k, p)
     if typical_p is not None:
-        logits = typical_filter(logits, typical_p)
+        logits = _where_needed(ops.any(typical_p < 1), typical_filter, logits, typical_p)
     return logits
+
+
+def _where_needed(needed, function, logits, *values):
+    """`function(logits, *values)`, run only when `needed` (else `logits`)."""
+    return backend.cond(needed, function, lambda logits, *_: logits, logits, *values)
+
+
+def _top_k_top_p(logits, k, p, top_p=True):
+    """Top-k (`k` 0 keeps all), then, with `top_p`, top-p over what it
+    kept: one sort."""
+    ascending = ops.sort(logits, axis=-1)
+    vocabulary_size = ops.shape(logits)[-1]
+    threshold = _kth_largest(ascending, ops.where(k > 0, k, vocabulary_size))
+    if top_p:
+        ascending = ops.where(ascending >= threshold, ascending, NEG_INF)
+        threshold = ops.maximum(threshold, _nucleus_floor(ascending, p))
+    return ops.where(logits >= threshold, logits, NEG_INF)
 
 
 def _kth_largest(ascending, k):
     """`(batch, 1)`: the k-th largest value of each sorted row."""
     vocabulary_size = ops.shape(ascending)[-1]
     k = ops.clip(ops.cast(k, "int32"), 1, vocabulary_size)
-    position = ops.full((ops.shape(ascending)[0], 1), vocabulary_size - k, "int32")
+    position = ops.reshape(vocabulary_size - k, (-1, 1))  # one k, or each row's
+    position = ops.broadcast_to(position, (ops.shape(ascending)[0], 1))
     return ops.take_along_axis(ascending, position, axis=-1)
 
 

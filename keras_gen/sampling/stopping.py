@@ -24,32 +24,30 @@ def suffix_match(token_ids, last, sequences, lengths):
     Args:
         token_ids: `(batch, length)` int token buffer.
         last: scalar int tensor, the position of the last token to compare,
-            or a `(batch,)` tensor of one such position per row.
-        sequences: `(slots, width)` int ids, padded with -1.
-        lengths: `(slots,)` int, how many leading ids of each slot count. A
-            length of 0 matches everywhere.
+            or one such position per row (`(batch,)` or `(batch, 1)`).
+        sequences: `(slots, width)` int ids, padded with -1, for every row,
+            or `(batch, slots, width)`: each row's own.
+        lengths: `(slots,)` (or `(batch, slots)`) int, how many leading ids
+            of each slot count. A length of 0 matches everywhere.
 
     Returns:
         `(batch, slots)` bool. Sequences that would start before position 0
         do not match. The loop over `width` is unrolled: `width` is static.
     """
-    length = ops.shape(token_ids)[1]
+    batch, length = ops.shape(token_ids)
     sequences = ops.cast(sequences, "int32")
     lengths = ops.cast(lengths, "int32")
-    batch, slots = ops.shape(token_ids)[0], ops.shape(sequences)[0]
+    if len(ops.shape(sequences)) == 2:
+        sequences, lengths = sequences[None], lengths[None]
+    slots, width = ops.shape(sequences)[1:]
+    last = ops.reshape(ops.cast(last, "int32"), (-1, 1))  # (batch or 1, 1)
     match = ops.ones((batch, slots), "bool")
-    per_row = _per_row(last)
-    for t in range(ops.shape(sequences)[1]):
-        if per_row:
-            positions = last[:, None] - lengths[None, :] + 1 + t  # (batch, slots)
-            clipped = ops.clip(positions, 0, length - 1)
-            tokens = ops.take_along_axis(token_ids, clipped, axis=1)
-        else:
-            positions = (last - lengths + 1 + t)[None, :]  # (1, slots)
-            clipped = ops.clip(positions[0], 0, length - 1)
-            tokens = ops.take(token_ids, clipped, axis=1)
-        same = ops.logical_and(tokens == sequences[None, :, t], positions >= 0)
-        used = (t < lengths)[None, :]
+    for t in range(width):
+        positions = ops.broadcast_to(last - lengths + 1 + t, (batch, slots))
+        clipped = ops.clip(positions, 0, length - 1)
+        tokens = ops.take_along_axis(token_ids, clipped, axis=1)
+        same = ops.logical_and(tokens == sequences[:, :, t], positions >= 0)
+        used = t < lengths
         match = ops.logical_and(match, ops.logical_or(same, ops.logical_not(used)))
     return match
 

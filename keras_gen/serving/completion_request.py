@@ -8,18 +8,31 @@ MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 5
 # OpenAI's range of a `logit_bias` value.
 MAX_LOGIT_BIAS = 100
+# The most numbers a request's per-token scores or logits may add up to
+# (`n` x tokens x vocabulary, each output): bounded before it is paid.
+MAX_VOCABULARY_OUTPUTS = 1 << 22
 # Request fields that are generation options, by option name.
 OPTION_FIELDS = {
     "temperature": "temperature",
     "top_p": "top_p",
     "top_k": "top_k",
     "min_p": "min_p",
+    "typical_p": "typical_p",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
     "repetition_penalty": "repetition_penalty",
+    "no_repeat_ngram_size": "no_repeat_ngram_size",
     "min_tokens": "min_new_tokens",
+    "min_length": "min_length",
+    "bad_words_ids": "bad_words_ids",
+    "forced_eos_token_id": "forced_eos_token_id",
+    "output_scores": "output_scores",
+    "output_logits": "output_logits",
     "seed": "seed",
 }
+# Per-token outputs a choice may carry (the request's `output_scores` and
+# `output_logits`): one array of `vocabulary_size` numbers per token.
+VOCABULARY_OUTPUTS = ("scores", "logits")
 # vLLM's structured output fields: `structured_outputs` (an object) and
 # the older `guided_*` ones, by the key they set in it.
 GUIDED_FIELDS = {
@@ -88,9 +101,16 @@ class CompletionRequest:
     `stream_options.include_usage`, `response_format` (`json_object` and
     `json_schema`), and vLLM's `ignore_eos`, `min_tokens`,
     `stop_token_ids`, `structured_outputs` (`json`, `regex`, `choice`,
-    `json_object`) and `guided_json`, `guided_regex` and `guided_choice`.
-    vLLM's `use_beam_search: true` and grammars are refused (400). Other
-    fields are ignored.
+    `json_object`) and `guided_json`, `guided_regex` and `guided_choice`;
+    transformers' `typical_p`, `no_repeat_ngram_size`, `min_length`,
+    `bad_words_ids` and `forced_eos_token_id`; `output_scores` and
+    `output_logits` (each choice then carries `scores` or `logits`: per
+    token, the `vocabulary_size` processed scores or raw logits); and the
+    server's registered processors, selected by `processors` (an object
+    from a name to an object of its arguments) or by vLLM's `vllm_xargs`
+    (an object whose keys are `"<name>.<argument>"`, or an argument name
+    that one registered processor takes). vLLM's `use_beam_search: true`
+    and grammars are refused (400). Other fields are ignored.
 
     The options become `config`, a `GenerationConfig` (which checks every
     value) of what the request sets; the engine puts it over the server's
@@ -102,8 +122,8 @@ class CompletionRequest:
         kind: `"completion"` or `"chat"`.
         model: the served model's context: needs `name`, `tokenizer`,
             `vocabulary_size`, `context_length` (prompt plus completion),
-            `chat_template`, `max_batch_size` (the most `n`) and
-            `end_token_ids`.
+            `chat_template`, `max_batch_size` (the most `n`),
+            `end_token_ids` and `processors` (the engine's registered ones).
     """
 
     def __init__(self, body, kind, model):
@@ -151,6 +171,19 @@ class CompletionRequest:
         self._read_logprobs(body)
         self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)
         self.config = self._read_options(body, model)
+        self.outputs = [
+            name for name in VOCABULARY_OUTPUTS if getattr(self.config, f"output_{name}")
+        ]
+        numbers = len(self.rows) * self.max_tokens * model.vocabulary_size
+        if self.outputs and numbers * len(self.outputs) > MAX_VOCABULARY_OUTPUTS:
+            raise APIError(
+                f"'output_{self.outputs[0]}' returns {model.vocabulary_size} numbers "
+                f"per token: {numbers * len(self.outputs)} for this request, more "
+                f"than the {MAX_VOCABULARY_OUTPUTS} a request may ask for. Lower "
+                "'max_tokens' or 'n'.",
+                param=f"output_{self.outputs[0]}",
+            )
+        self.processors = self._read_processors(body, model.processors)
 
     def _read_prompts(self, body, model):
         """Sets `self.prompts` (token id lists); yields template stop strings."""
@@ -366,6 +399,54 @@ class CompletionRequest:
                 param=field,
             )
         return field, value
+
+    def _read_processors(self, body, registered):
+        """The registered processors the request selects: `{name:
+        arguments}`, or `None`."""
+        chosen = {}
+
+        def is_arguments(value):
+            return isinstance(value, dict) and all(
+                isinstance(v, dict) for v in value.values()
+            )
+
+        own = _field(
+            body, "processors", is_arguments, "an object of argument objects", {}
+        )
+        for name, arguments in own.items():
+            if name not in registered:
+                raise APIError(
+                    f"Unknown processor '{name}': this server runs "
+                    f"{sorted(registered)}.",
+                    param="processors",
+                )
+            chosen[name] = dict(arguments)
+
+        def is_xargs(value):
+            return isinstance(value, dict) and all(
+                _is_number(v) or isinstance(v, (str, bool)) for v in value.values()
+            )
+
+        xargs = _field(
+            body, "vllm_xargs", is_xargs, "an object of numbers and strings", {}
+        )
+        for key, value in xargs.items():
+            name, _, argument = key.rpartition(".")
+            names = [
+                n
+                for n, processor in registered.items()
+                if (not name or n == name) and argument in processor.get_config()
+            ]
+            if len(names) != 1:
+                arguments = {n: sorted(p.get_config()) for n, p in registered.items()}
+                raise APIError(
+                    f"'vllm_xargs' key '{key}' must name one argument of one "
+                    f"registered processor ('<name>.<argument>' or an argument "
+                    f"one of them takes): {arguments}.",
+                    param="vllm_xargs",
+                )
+            chosen.setdefault(names[0], {})[argument] = value
+        return chosen or None
 
     def _read_logit_bias(self, body, model):
         """OpenAI's `logit_bias`: token id strings to biases in [-100, 100]."""

@@ -12,6 +12,8 @@ import numpy as np
 from keras import ops
 
 from keras_gen import backend
+from keras_gen import processors as processors_lib
+from keras_gen import samplers
 from keras_gen.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation_config import GenerationConfig
 from keras_gen.models import prompts as prompts_lib
@@ -19,7 +21,7 @@ from keras_gen.models.generation_request import MIN_CACHE_LENGTH
 from keras_gen.models.generation_request import MIN_PREFILL_LENGTH
 from keras_gen.models.generation_request import STOP_TOKEN_SLOTS
 from keras_gen.models.generation_request import GenerationRequest
-from keras_gen.processors import from_response_format
+from keras_gen.processors import StructuredOutput
 from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.sampling import options as options_lib
 from keras_gen.sampling.automaton import Automaton
@@ -28,29 +30,43 @@ from keras_gen.sampling.constraint_tables import ConstraintTables
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
+from keras_gen.serving.processor_lanes import ProcessorLanes
 from keras_gen.utils.checks import check_count
+from keras_gen.utils.tunable import parameter_dtype
 
 # Options the engine's step does not run: when each one is asked for, and
-# what to use instead.
+# what to use instead. Beam and contrastive search keep several candidate
+# rows per request and reorder them every step, and speculative decoding
+# moves rows by different counts per step: each is its own loop, not one
+# step over independent slots.
 UNSUPPORTED = {
     "num_beams": (lambda v: v > 1, "beam search runs with `CausalLM.generate`"),
     "penalty_alpha": (
         lambda v: v > 0,
         "contrastive search runs with `CausalLM.generate`",
     ),
-    "typical_p": (lambda v: v < 1, "typical sampling runs with `CausalLM.generate`"),
-    "no_repeat_ngram_size": (lambda v: v > 0, "use `CausalLM.generate`"),
-    "min_length": (lambda v: v > 0, "use `min_new_tokens`"),
-    "forced_eos_token_id": (lambda v: True, "use `CausalLM.generate`"),
     "num_speculative_tokens": (
         bool,
         "speculative decoding runs with `CausalLM.generate`",
     ),
     "prompt_lookup_ngram": (bool, "speculative decoding runs with `CausalLM.generate`"),
-    "output_scores": (bool, "use `output_log_probs` and `top_logprobs`"),
-    "output_logits": (bool, "use `CausalLM.generate`"),
-    "output_hidden_states": (bool, "use `CausalLM.generate`"),
 }
+# The sampler every slot runs: each filter at its neutral value unless a
+# request sets it; temperature 0 is a greedy request.
+SAMPLER_NUMBERS = ("temperature", *options_lib.FILTERS)
+# Lanes for the processor options, made by the options mapping from these
+# stand-in values (each slot then holds its own).
+OPTION_LANES = dict(
+    bad_words_ids=[[0]],
+    suppress_tokens=[0],
+    min_new_tokens=1,
+    logit_bias={0: 0.0},
+    no_repeat_ngram_size=1,
+    forced_eos_token_id=0,
+)
+# Per-step outputs the wide decode program writes (`(slots, chunk, vocab)`
+# rings), run only while a request asks for one of them.
+WIDE_OUTPUTS = ("scores", "logits", "hidden_states")
 
 
 # The time a decode chunk aims at when `chunk_size` is not set, and its
@@ -70,10 +86,11 @@ class EngineClosed(RuntimeError):
 class _Job:
     """A submitted request: its reader, handle, rows and timings."""
 
-    def __init__(self, reader, handle, settings, max_time, automaton=None):
+    def __init__(self, reader, handle, settings, lanes, max_time, automaton=None):
         self.reader = reader
         self.handle = handle
         self.settings = settings
+        self.lanes = lanes  # its processors, matched to the engine's lanes
         self.max_time = max_time
         self.automaton = automaton  # its structured output, or None
         self.slots = []
@@ -96,26 +113,31 @@ class Engine:
     bucket, without touching other rows), hands out what each running
     request produced, and frees the slots of finished or cancelled ones.
 
-    Each slot's settings are program inputs: temperature (0, or below
-    1e-5, decodes greedily in the same step as sampled rows), top-k, top-p,
-    min-p, repetition, frequency and presence penalties, logit biases
-    (suppressed tokens and one-token bad words are `-inf` biases), the
-    minimum of new tokens, stop token ids, the seed, the length and the
-    structured output (`response_format`: each slot carries its automaton
-    state; the automata of the running requests share one set of padded
-    tables, rebuilt when a request brings a new one and never smaller than
-    before, so another schema of a size bucket seen does not recompile); stop
-    strings and sequences and `max_time` are matched on the host between
-    chunks. After each prompt bucket has run once, no request compiles
-    anything.
+    The decode step is `generate`'s: the same `Sampler` loop over
+    `CausalLM.next`, with one position per slot, and the same sampler and
+    logits processor classes, bound to each slot's own numbers (see
+    `keras_gen.utils.tunable.Tunable`). A request's options become a
+    sampler and processors exactly as in `generate`
+    (`keras_gen.sampling.options`); every processor an option makes runs in
+    the engine (penalties, biases, bans, minimum lengths, n-gram bans, the
+    forced end token, structured output), as do temperature (0 decodes
+    greedily), top-k, top-p, min-p and typical sampling, and the processors
+    registered with `processors`. Each runs only while a running request
+    uses it. Structured outputs (`response_format`) share one set of padded
+    automaton tables, rebuilt when a request brings a new one and never
+    smaller than before. Stop strings and sequences and `max_time` are
+    matched on the host between chunks. After `warm_up`, no request
+    compiles anything (but a request whose padded id lists outgrow every
+    earlier one's compiles the larger size once).
 
     A request's tokens are those `lm.generate` gives it alone: they do not
     depend on the other requests, on its slot or on when it arrived (random
     draws are keyed by its seed, its row and the position). A request
     without a seed gets a fresh one. Options come from the request over
     the engine's `generation_config` (by default `lm.generation_config`);
-    the compiled sampler and processors of `lm` are not used. Beam search, contrastive search, speculative decoding and the
-    per-step scores, logits and hidden states stay with `lm.generate`.
+    the compiled sampler and processors of `lm` are not used. Beam search,
+    contrastive search and speculative decoding stay with `lm.generate`:
+    each keeps rows of a request in step with one another.
 
     Args:
         lm: a `keras_gen.models.CausalLM`.
@@ -133,6 +155,12 @@ class Engine:
         top_logprobs: int, the most alternatives a request may ask for.
         generation_config: a `GenerationConfig` (or dict): the options of a
             request that sets none; by default `lm.generation_config`.
+        processors: a dict from a name to a `LogitsProcessor` class or
+            instance (your own included): processors a request may select
+            (`submit(..., processors=...)`). Each runs in the step with its
+            class and configuration; its tunable numbers are each request's
+            own. An instance gives the configuration (and the numbers of
+            slots that do not use it); a class is made with no arguments.
 
     Examples:
     >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
@@ -151,6 +179,7 @@ class Engine:
         max_queue=None,
         top_logprobs=MAX_TOP_LOGPROBS,
         generation_config=None,
+        processors=None,
     ):
         self.lm = lm
         self.generation_config = (
@@ -178,6 +207,18 @@ class Engine:
             )
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
+        # Per-step outputs are rings of the most steps a chunk runs.
+        self._ring = self.chunk_size or MAX_CHUNK_STEPS
+        self.processors = _registered(processors)
+        self._sampler = samplers.RandomSampler(
+            **{name: options_lib.NEUTRAL[name] for name in options_lib.FILTERS}
+        )
+        option_lanes = options_lib.build_processors(
+            GenerationConfig(**OPTION_LANES), complete=True
+        )
+        self._lanes = ProcessorLanes(
+            [*self.processors.values(), *option_lanes], self.num_slots
+        )
         self.metrics = EngineMetrics()
         self.compilations = 0  # programs traced or compiled so far
         self._condition = threading.Condition()
@@ -185,6 +226,7 @@ class Engine:
         self._jobs = []  # admitted and not yet finished
         self._free = list(range(self.num_slots))
         self._closed = False
+        self._numbers = self._empty_numbers()
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
         self._programs = {}
@@ -201,18 +243,24 @@ class Engine:
 
     # The client side.
 
-    def submit(self, prompt, generation_config=None, **options):
+    def submit(self, prompt, generation_config=None, processors=None, **options):
         """Queue one prompt; returns its `GenerationHandle` at once.
 
         Args:
             prompt: a string (with a tokenizer) or a list of token ids.
             generation_config: a `GenerationConfig` or dict of options.
+            processors: the registered processors this request runs: a dict
+                from a name of the engine's `processors` to the keyword
+                arguments of its class (`{}` for its defaults), or a list of
+                `LogitsProcessor`s of a registered class and configuration.
+                They apply before the processors of the options, as
+                `generate(..., processors=...)` applies them.
             **options: `GenerationConfig` fields, over `generation_config`.
                 `num_return_sequences=n` runs the prompt in `n` slots.
         """
         if self._closed:
             raise EngineClosed("The engine is closed.")
-        job = self._prepare(prompt, generation_config, options)
+        job = self._prepare(prompt, generation_config, options, processors)
         with self._condition:
             if self._closed:
                 raise EngineClosed("The engine is closed.")
@@ -226,12 +274,13 @@ class Engine:
             self._condition.notify_all()
         return job.handle
 
-    def generate(self, prompts, generation_config=None, **options):
+    def generate(self, prompts, generation_config=None, processors=None, **options):
         """Run a batch of prompts of any size; records in input order.
 
         `generation_config` is one config (or dict) for every prompt, or a
-        list of them, one per prompt. Prompts beyond the free slots wait
-        and run as slots free.
+        list of them, one per prompt; `processors` as in `submit`, for
+        every prompt. Prompts beyond the free slots wait and run as slots
+        free.
         """
         if isinstance(prompts, str) or (
             prompts and not isinstance(prompts[0], (str, list, tuple, np.ndarray))
@@ -245,16 +294,16 @@ class Engine:
                 f"Got {len(configs)} generation configs for {len(prompts)} prompts."
             )
         handles = [
-            self._submit_waiting(prompt, config, options)
+            self._submit_waiting(prompt, config, processors, options)
             for prompt, config in zip(prompts, configs)
         ]
         return [handle.result() for handle in handles]
 
-    def _submit_waiting(self, prompt, config, options):
+    def _submit_waiting(self, prompt, config, processors, options):
         # An offline batch waits for room in the queue instead of failing.
         while True:
             try:
-                return self.submit(prompt, config, **options)
+                return self.submit(prompt, config, processors, **options)
             except EngineFull:
                 time.sleep(0.01)
 
@@ -309,25 +358,33 @@ class Engine:
         running request decides which runs."""
         return _buckets(MIN_CACHE_LENGTH, self.cache_length)
 
-    def warm_up(self):
+    def warm_up(self, wide_outputs=False):
         """Compile every program now (the admit program of each prompt
         bucket, the decode program of each row and length bucket), so that
-        no request waits for a compile. Call it before submitting requests."""
+        no request waits for a compile. Call it before submitting requests.
+
+        `wide_outputs=True` also compiles the decode programs that write
+        per-step `scores`, `logits` and `hidden_states` (run while a request
+        asks for one of them)."""
         with self._condition:
             if self._jobs or self._waiting:
                 raise RuntimeError("`warm_up` runs before any request is submitted.")
             for bucket in self.prompt_buckets:
                 self._admit_prompt(0, [0] * bucket, bucket)
-            for rows in self.row_buckets:
-                for cache_length in self.length_buckets:
-                    self._decode_chunk(rows, cache_length)
+            for wide in (False, True) if wide_outputs else (False,):
+                for rows in self.row_buckets:
+                    for cache_length in self.length_buckets:
+                        self._decode_chunk(rows, cache_length, wide=wide)
 
     # Reading a request.
 
-    def _prepare(self, prompt, generation_config, options):
+    def _prepare(self, prompt, generation_config, options, processors):
         lm = self.lm
         call = _call_config(generation_config, options)
-        config = self.generation_config.merge(call)
+        chosen = self._chosen(processors)
+        config, sampler, chain = options_lib.resolve(
+            self.generation_config, call, None, chosen or None
+        )
         for name, (asked, advice) in UNSUPPORTED.items():
             value = getattr(config, name)
             if value is not None and asked(value):
@@ -345,13 +402,13 @@ class Engine:
                 f"engine's {self.num_slots}."
             )
         seed = config.seed if config.seed is not None else secrets.randbits(31)
-        sampler = options_lib.build_sampler(config)
+        structured = [p for p in chain if isinstance(p, StructuredOutput)]
         reader = GenerationRequest(
             lm,
             [ids] * rows,
             config.replace(num_return_sequences=None),
             sampler,
-            (),
+            [p for p in chain if not isinstance(p, StructuredOutput)],
             seed,
         )
         if max(reader.ends) > self.max_length:
@@ -360,9 +417,44 @@ class Engine:
                 f"{max(reader.ends)}, beyond the engine's `max_length` of "
                 f"{self.max_length}."
             )
-        settings = _settings(config, reader, lm.backbone.vocabulary_size)
-        automaton = _automaton(config, reader, lm)
-        return _Job(reader, GenerationHandle(rows), settings, config.max_time, automaton)
+        lanes = self._lanes.match(reader.processors)
+        settings = _settings(sampler, reader)
+        automaton = _automaton(structured, reader, lm)
+        return _Job(
+            reader, GenerationHandle(rows), settings, lanes, config.max_time, automaton
+        )
+
+    def _chosen(self, processors):
+        """A request's registered processors, as instances."""
+        if processors is None:
+            return []
+        if isinstance(processors, dict):
+            unknown = sorted(set(processors) - set(self.processors))
+            if unknown:
+                raise ValueError(
+                    f"Unknown processors {unknown}: this engine runs "
+                    f"{sorted(self.processors)} (`Engine(lm, processors=...)`)."
+                )
+            chosen = []
+            for name, template in self.processors.items():  # the lanes' order
+                if name in processors:
+                    arguments = processors[name]
+                    if not isinstance(arguments, dict):
+                        raise TypeError(
+                            f"The arguments of processor {name!r} must be a dict "
+                            f"of keyword arguments. Received: {arguments!r}"
+                        )
+                    config = {**template.get_config(), **arguments}
+                    chosen.append(type(template).from_config(config))
+            return chosen
+        chosen = processors_lib.get_list(processors)
+        for processor in chosen:
+            if processor.state_key is not None:
+                raise ValueError(
+                    "A structured output is a request option: give it as "
+                    "`response_format`."
+                )
+        return list(chosen)
 
     # The step thread.
 
@@ -434,16 +526,16 @@ class Engine:
         host["token_ids"][slot] = 0
         host["token_ids"][slot, :length] = prompt
         host["prompt_lengths"][slot] = length
-        host["positions"][slot] = length
-        host["ends"][slot] = job.reader.row_ends[row]
-        host["running"][slot] = True
-        for name in engine_programs.SETTINGS:
-            host[name][slot] = settings[name]
-        host["min_new_tokens"][slot] = settings["min_new_tokens"]
+        host["index"][slot] = length
+        host["end"][slot] = job.reader.row_ends[row]
+        host["done"][slot] = False
         host["stop_token_ids"][slot] = settings["stop_token_ids"]
-        host["logit_bias"][slot] = settings["logit_bias"]
-        host["seeds"][slot] = (settings["seed"], row * ROW_STRIDE)
-        host["constraint_states"][slot] = self._tables.start_state(job.automaton)
+        host["seed"][slot] = (settings["seed"], row * ROW_STRIDE)
+        host["top_rows"][slot] = settings["top_logprobs"] > 0
+        host["constraint_state"][slot] = self._tables.start_state(job.automaton)
+        for name, value in settings["sampler"].items():
+            self._numbers[name][slot] = value
+        self._lanes.assign(slot, job.lanes)
         bucket = min(self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH))
         self._admit_prompt(slot, prompt, bucket)
 
@@ -476,7 +568,7 @@ class Engine:
             self._tables.vocabulary_size,
             {name: array.shape for name, array in self._tables.arrays.items()},
         )
-        states = self._host["constraint_states"]
+        states = self._host["constraint_state"]
         held = {slot for running in self._jobs for slot in running.slots}
         for slot in set(range(self.num_slots)) - held:
             states[slot] = FREE  # no stale state numbers past the new tables
@@ -496,45 +588,95 @@ class Engine:
             return 1
         return int(np.clip(CHUNK_SECONDS / self._step_seconds, 1, MAX_CHUNK_STEPS))
 
-    def _decode_chunk(self, rows=None, cache_length=None, steps=1):
+    def _decode_chunk(self, rows=None, cache_length=None, steps=1, wide=False):
         """Run the decode program over the first `rows` slots and
         `cache_length` positions: by default the smallest row and length
-        buckets that hold every running request."""
+        buckets that hold every running request, writing the wide outputs
+        if one of them asks."""
         timed, started = rows is None, time.perf_counter()
         if rows is None:
             slots = [slot for job in self._jobs for slot in job.slots]
             rows = next(r for r in self.row_buckets if r > max(slots))
-            end = max(self._host["ends"][slots])
+            end = max(self._host["end"][slots])
             cache_length = next(n for n in self.length_buckets if n >= end)
-        loop = {"state": self._device}
-        for name, array in self._host.items():
-            loop[name] = ops.convert_to_tensor(array[:rows])
-        loop["step"] = ops.convert_to_tensor(0, "int32")
-        loop["until"] = ops.convert_to_tensor(steps, "int32")
+            wide = any(job.settings["wide"] for job in self._jobs)
         if self._table_tensors is None:
             self._table_tensors = {
                 name: ops.convert_to_tensor(array)
                 for name, array in self._tables.arrays.items()
             }
-        shapes = tuple(array.shape for array in self._tables.arrays.values())
+        outputs = self._outputs(wide)
+        parameters, lane_rows = self._lanes.inputs(rows)
+
+        def tensors(arrays):
+            return {name: ops.convert_to_tensor(array[:rows]) for name, array in arrays.items()}
+
+        loop = {
+            **tensors(self._host),
+            "state": self._device,
+            "steps": ops.convert_to_tensor(steps, "int32"),
+            "outputs": tensors(outputs),
+            "parameters": tensors(self._numbers),
+            "processor_parameters": list(map(tensors, parameters)),
+            "processor_rows": [
+                ops.convert_to_tensor(flags)
+                for flags in (*lane_rows, self._host["constraint_state"][:rows] != FREE)
+            ],
+        }
+        key = (
+            rows,
+            cache_length,
+            tuple(array.shape for array in self._tables.arrays.values()),
+            self._lanes.structure,
+            wide,
+        )
         with backend.no_grad():
-            loop = self._program("decode", (rows, cache_length, shapes))(
-                loop, self._table_tensors
-            )
+            loop = self._program("decode", key)(loop, self._table_tensors)
         self._device = loop["state"]
-        for name in ("positions", "running", "constraint_states") + _READ:
+        for name in _READ:
             self._host[name][:rows] = ops.convert_to_numpy(loop[name])
+        for name, array in outputs.items():
+            array[:rows] = ops.convert_to_numpy(loop["outputs"][name])
         if timed:
             seconds = (time.perf_counter() - started) / steps
             previous = self._step_seconds or seconds
             self._step_seconds = 0.8 * previous + 0.2 * seconds
 
+    def _outputs(self, wide):
+        """The per-step output rings a decode program writes."""
+        names = ("log_probs", "top_log_probs", "top_token_ids")
+        return {
+            name: self._rings[name] for name in names + (WIDE_OUTPUTS if wide else ())
+        }
+
+    @functools.cached_property
+    def _rings(self):
+        """`(slots, ring, ...)` arrays: each slot's per-step outputs of the
+        latest chunk, position `i` at `i % ring` (allocated when used)."""
+        backbone = self.lm.backbone
+        shapes = {
+            "log_probs": (),
+            "top_log_probs": (self.top_logprobs,),
+            "top_token_ids": (self.top_logprobs,),
+            "scores": (backbone.vocabulary_size,),
+            "logits": (backbone.vocabulary_size,),
+            "hidden_states": (backbone.hidden_dim,),
+        }
+        return _LazyArrays(
+            {
+                name: ((self.num_slots, self._ring, *shape), _OUTPUT_DTYPES.get(name, "float32"))
+                for name, shape in shapes.items()
+            }
+        )
+
     def _deliver(self):
         host, now = self._host, time.perf_counter()
         for job in list(self._jobs):
             reader, slots = job.reader, job.slots
-            outputs = {name: host[name][slots] for name in _READ}
-            limits = [int(host["positions"][slot]) for slot in slots]
+            outputs = {"token_ids": host["token_ids"][slots]}
+            for name in reader.outputs:
+                outputs[name] = _Ring(self._rings[name][slots])
+            limits = [int(host["index"][slot]) for slot in slots]
             time_is_up = (
                 job.max_time is not None and now - job.submitted >= job.max_time
             )
@@ -544,7 +686,7 @@ class Engine:
                 job.handle.put(chunk)
             for row, slot in enumerate(slots):
                 if reader.finish_reasons[row] is not None:
-                    host["running"][slot] = False
+                    host["done"][slot] = True
             if reader.done or job.handle.cancelled:
                 self._release(job)
 
@@ -570,7 +712,8 @@ class Engine:
             if job in self._jobs:
                 self._jobs.remove(job)
             for slot in job.slots:
-                self._host["running"][slot] = False
+                self._host["done"][slot] = True
+                self._lanes.release(slot)
                 if slot not in self._free:
                     self._free.append(slot)
             self._free.sort()
@@ -594,9 +737,14 @@ class Engine:
             lm, backbone = self.lm, self.lm.backbone
             if kind == "admit":
                 function = functools.partial(engine_programs.admit, backbone)
-            else:  # bucket: (rows, cache length)
+            else:  # bucket: (rows, cache length, ...)
+                structured = StructuredOutput.for_tables(self._tables)
                 function = functools.partial(
-                    engine_programs.decode, backbone, cache_length=bucket[1]
+                    engine_programs.decode,
+                    lm,
+                    self._sampler,
+                    (*self._lanes.templates, structured),
+                    cache_length=bucket[1],
                 )
             program = backend.compile_function(
                 function,
@@ -632,34 +780,61 @@ class Engine:
             for _ in range(backbone.num_layers)
         )
 
+    def _empty_numbers(self):
+        """Each slot's sampler numbers; free slots draw nothing."""
+        numbers = {
+            name: np.full((self.num_slots, 1), value, parameter_dtype(value))
+            for name, value in self._sampler.get_parameters().items()
+        }
+        numbers["temperature"][:] = 0.0
+        return numbers
+
     def _empty_host_arrays(self):
+        """Each slot's inputs of the decode loop; free slots are done."""
         slots, length = self.num_slots, self.cache_length
-        vocabulary_size = self.lm.backbone.vocabulary_size
-        arrays = {
+        return {
             "token_ids": np.zeros((slots, length), "int32"),
             "prompt_lengths": np.ones((slots,), "int32"),
-            "positions": np.ones((slots,), "int32"),
-            "ends": np.ones((slots,), "int32"),
-            "running": np.zeros((slots,), bool),
-            "min_new_tokens": np.zeros((slots,), "int32"),
+            "index": np.ones((slots,), "int32"),
+            "end": np.ones((slots,), "int32"),
+            "done": np.ones((slots,), bool),
             "stop_token_ids": np.full((slots, STOP_TOKEN_SLOTS), -1, "int32"),
-            "logit_bias": np.zeros((slots, vocabulary_size), "float32"),
-            "seeds": np.zeros((slots, 2), "int32"),
-            "constraint_states": np.full((slots,), FREE, "int32"),
-            "log_probs": np.zeros((slots, length), "float32"),
-            "top_log_probs": np.zeros((slots, length, self.top_logprobs), "float32"),
-            "top_token_ids": np.zeros((slots, length, self.top_logprobs), "int32"),
+            "seed": np.zeros((slots, 2), "int32"),
+            "top_rows": np.zeros((slots,), bool),
+            "constraint_state": np.full((slots,), FREE, "int32"),
         }
-        for name, dtype in engine_programs.SETTINGS.items():
-            arrays[name] = np.zeros((slots, 1), dtype)
-        arrays["repetition_penalty"][:] = 1.0
-        arrays["top_p"][:] = 1.0
-        arrays["temperature"][:] = 1.0
-        return arrays
 
 
-# What a reader reads of the host arrays.
-_READ = ("token_ids", "log_probs", "top_log_probs", "top_token_ids")
+# What the host keeps of a decode loop.
+_READ = ("token_ids", "index", "done", "constraint_state")
+_OUTPUT_DTYPES = {"top_token_ids": "int32"}
+
+
+class _LazyArrays(dict):
+    """Zero arrays by name, each allocated on first use: `{name: (shape,
+    dtype)}`."""
+
+    def __init__(self, specs):
+        super().__init__()
+        self.specs = specs
+
+    def __missing__(self, name):
+        shape, dtype = self.specs[name]
+        self[name] = np.zeros(shape, dtype)
+        return self[name]
+
+
+class _Ring:
+    """A slot's output ring read by position: `ring[:, a:b]` is positions
+    `a` to `b` (at `a % width` ...), as a reader reads a buffer."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, key):
+        rows, positions = key
+        width = self.array.shape[1]
+        return self.array[rows][:, np.arange(positions.start, positions.stop) % width]
 
 
 def _buckets(minimum, limit):
@@ -689,11 +864,35 @@ def _prompt_ids(prompt, tokenizer):
     return prompts[0]
 
 
-def _automaton(config, reader, lm):
-    """The automaton of a request's `response_format`, or `None`."""
-    constraint = from_response_format(config.response_format)
-    if constraint is None:
+def _registered(processors):
+    """The engine's registered processors: a dict from name to instance."""
+    registered = {}
+    for name, processor in (processors or {}).items():
+        if isinstance(processor, type) and issubclass(
+            processor, processors_lib.LogitsProcessor
+        ):
+            processor = processor()
+        if not isinstance(name, str) or not isinstance(
+            processor, processors_lib.LogitsProcessor
+        ):
+            raise TypeError(
+                "`processors` maps names to `LogitsProcessor` classes or "
+                f"instances. Received: {name!r}: {processor!r}"
+            )
+        if processor.state_key is not None:
+            raise ValueError(
+                f"Processor {name!r} keeps a per-row state: the engine runs "
+                "structured outputs through `response_format` only."
+            )
+        registered[name] = processor
+    return registered
+
+
+def _automaton(structured, reader, lm):
+    """The automaton of a request's structured output, or `None`."""
+    if not structured:
         return None
+    (constraint,) = structured
     if constraint.constraints is not None:
         if len(constraint.constraints) != 1:
             raise ValueError(
@@ -715,42 +914,26 @@ def _automaton(config, reader, lm):
     return automaton
 
 
-def _settings(config, reader, vocabulary_size):
-    """One request's per-slot settings, as the engine's step reads them."""
-    sampled = config.mode == "sample"
-    bias = np.zeros((vocabulary_size,), "float32")
-    for key, value in (config.logit_bias or {}).items():
-        if isinstance(key, tuple):
-            raise ValueError(
-                "The engine takes `logit_bias` for single tokens only "
-                f"(received the sequence {key}); use `CausalLM.generate`."
-            )
-        bias[key] += value
-    banned = list(config.suppress_tokens or [])
-    for sequence in config.bad_words_ids or []:
-        if len(sequence) != 1:
-            raise ValueError(
-                "The engine bans single tokens only (`bad_words_ids` holds "
-                f"{sequence}); use `CausalLM.generate`."
-            )
-        banned += sequence
-    bias[banned] = float("-inf")
+def _settings(sampler, reader):
+    """One request's per-slot settings: the sampler's numbers (temperature
+    0 for greedy decoding), stop ids, seed and the outputs it reads."""
+    if isinstance(sampler, samplers.GreedySampler):
+        numbers = {"temperature": 0.0}
+    elif type(sampler) is samplers.RandomSampler:
+        numbers = sampler.get_parameters()
+    else:
+        raise ValueError(
+            f"The engine samples greedily or at random; {type(sampler).__name__} "
+            "runs with `CausalLM.generate`."
+        )
     stop_ids = list(reader.stop_token_ids)
     return {
-        "temperature": (
-            (config.temperature if config.temperature is not None else 1.0)
-            if sampled
-            else 0.0
-        ),
-        "top_k": (config.top_k or 0) if sampled else 0,
-        "top_p": (config.top_p or 1.0) if sampled else 1.0,
-        "min_p": (config.min_p or 0.0) if sampled else 0.0,
-        "repetition_penalty": config.repetition_penalty or 1.0,
-        "frequency_penalty": config.frequency_penalty or 0.0,
-        "presence_penalty": config.presence_penalty or 0.0,
-        "min_new_tokens": config.min_new_tokens or 0,
+        "sampler": {
+            **{name: options_lib.NEUTRAL[name] for name in options_lib.FILTERS},
+            **numbers,
+        },
         "stop_token_ids": stop_ids + [-1] * (STOP_TOKEN_SLOTS - len(stop_ids)),
-        "logit_bias": bias,
-        "top_logprobs": config.top_logprobs or 0,
+        "top_logprobs": reader.top_logprobs or 0,
+        "wide": bool(set(reader.outputs) & set(WIDE_OUTPUTS)),
         "seed": reader.seed[0],
     }

@@ -114,6 +114,7 @@ class _Completion:
         self.tokens = [[] for _ in range(rows)]
         self.log_probs = [[] for _ in range(rows)]
         self.top = [[] for _ in range(rows)]
+        self.vocabulary_outputs = {name: [[] for _ in range(rows)] for name in request.outputs}
         self.finish_reasons = [None] * rows
 
     def add(self, offset, chunk):
@@ -127,6 +128,8 @@ class _Completion:
             self.tokens[r] += piece["token_ids"]
             self.log_probs[r] += piece["log_probs"] or []
             self.top[r] += piece["top_logprobs"] or []
+            for name, rows in self.vocabulary_outputs.items():
+                rows[r] += piece[name]
             self.finish_reasons[r] = piece["finish_reason"]
             added.append((r, piece, piece["finish_reason"]))
         return added
@@ -177,22 +180,18 @@ class _Completion:
             "total_tokens": prompt + completion,
         }
 
-    def _choice(self, index, text, logprobs, reason, delta=False):
+    def _choice(self, index, text, logprobs, reason, delta=False, outputs=None):
+        """One choice; `outputs` holds its per-token `scores` or `logits`
+        (the request's `output_scores` and `output_logits`)."""
         if self.request.kind == "completion":
-            return {
-                "index": index,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": reason,
-            }
-        key = "delta" if delta else "message"
-        message = {"content": text} if delta else {"role": "assistant", "content": text}
-        return {
-            "index": index,
-            key: message,
-            "logprobs": logprobs,
-            "finish_reason": reason,
-        }
+            choice = {"index": index, "text": text, "logprobs": logprobs}
+        else:
+            key = "delta" if delta else "message"
+            message = (
+                {"content": text} if delta else {"role": "assistant", "content": text}
+            )
+            choice = {"index": index, key: message, "logprobs": logprobs}
+        return {**choice, **(outputs or {}), "finish_reason": reason}
 
     def _envelope(self, object_name, choices):
         return {
@@ -210,6 +209,7 @@ class _Completion:
                 self.text[r],
                 self.logprobs(self.tokens[r], self.log_probs[r], self.top[r]),
                 self.finish_reasons[r],
+                outputs={n: rows[r] for n, rows in self.vocabulary_outputs.items()},
             )
             for r in range(len(self.text))
         ]
@@ -240,7 +240,10 @@ class _Completion:
                 piece["top_logprobs"],
                 offset,
             )
-            choices.append(self._choice(r, piece["text"], logprobs, reason, delta=True))
+            outputs = {name: piece[name] for name in self.vocabulary_outputs}
+            choices.append(
+                self._choice(r, piece["text"], logprobs, reason, True, outputs)
+            )
         return self._envelope(self.chunk_object, choices) if choices else None
 
     def usage_chunk(self):
@@ -253,8 +256,9 @@ def _sse(data):
 
 def _pieces(chunk):
     """Per row of an engine chunk: its text, tokens, log-probabilities,
-    top alternatives (`(token id, log-probability)` pairs per token) and
-    finish reason, as plain Python values."""
+    top alternatives (`(token id, log-probability)` pairs per token), per
+    token scores and logits (when asked) and finish reason, as plain Python
+    values."""
     for r, token_ids in enumerate(chunk.token_ids):
         top = None
         if chunk.top_token_ids is not None:
@@ -271,6 +275,11 @@ def _pieces(chunk):
                 else [float(v) for v in chunk.log_probs[r]]
             ),
             "top_logprobs": top,
+            **{
+                name: getattr(chunk, name)[r].tolist()
+                for name in ("scores", "logits")
+                if getattr(chunk, name) is not None
+            },
             "finish_reason": chunk.finish_reasons[r],
         }
 
@@ -281,7 +290,12 @@ def _submit(engine, request):
     try:
         for prompt in request.prompts:
             handles.append(
-                engine.submit(prompt, request.config, num_return_sequences=request.n)
+                engine.submit(
+                    prompt,
+                    request.config,
+                    request.processors,
+                    num_return_sequences=request.n,
+                )
             )
     except EngineFull as error:
         _cancel(handles)
@@ -512,6 +526,7 @@ def create_app(
     chunk_size=None,
     warm_up=False,
     max_body_bytes=MAX_BODY_BYTES,
+    logits_processors=None,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
 
@@ -534,6 +549,14 @@ def create_app(
             events); by default about 50 ms of them (see `Engine`).
         warm_up: bool, compile every program at startup, before serving.
         max_body_bytes: int, larger request bodies get a 413.
+        logits_processors: a dict from a name to a
+            `keras_gen.processors.LogitsProcessor` class or instance (your
+            own too): processors a request selects by name, with its
+            arguments, in `processors` (`{"name": {"argument": value}}`)
+            or vLLM's `vllm_xargs` (`{"name.argument": value}`). Their
+            numbers are each request's own: any mix of requests with and
+            without them runs in the engine's one compiled step (see
+            `Engine`).
 
     Examples:
     >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
@@ -548,6 +571,7 @@ def create_app(
         chunk_size=chunk_size,
         max_queue=max_queue,
         generation_config=server_defaults(lm),
+        processors=logits_processors,
     )
     served = types.SimpleNamespace(
         name=model_name,
@@ -559,6 +583,7 @@ def create_app(
         end_token_ids=(
             lm.generation_config.eos_token_id or lm.tokenizer.eos_token_ids or []
         ),
+        processors=engine.processors,
     )
     started = int(time.time())
 

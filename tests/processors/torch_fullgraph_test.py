@@ -1,7 +1,5 @@
 """Every processor compiles with torch.compile(fullgraph=True), once."""
 
-import contextlib
-
 import numpy as np
 import pytest
 from keras import ops
@@ -27,30 +25,29 @@ def test_chain_compiles_once_with_advancing_indices():
         compiles.append(1)
         return graph_module.forward
 
-    def apply(logits, prompt, index, mask):
-        for processor in chain:
-            logits = processor(logits, prompt, index, mask)
+    def apply(logits, prompt, index, mask, parameters):
+        # As in the generate loop: copies bound to the program's inputs,
+        # one value per row.
+        rows = logits.shape[0]
+        for processor, values in zip(chain, parameters):
+            logits = processor.with_parameters(values, rows)(logits, prompt, index, mask)
         return logits
 
     compiled = torch.compile(apply, fullgraph=True, dynamic=False, backend=counting)
     logits, prompt, _, mask = helpers.random_case(0)
-    # As in the generate loop: tunable numbers are bound as tensors.
     parameters = [processor.get_parameter_tensors() for processor in chain]
-    stack = contextlib.ExitStack()
-    for processor, values in zip(chain, parameters):
-        stack.enter_context(processor.bind(values))
     tensors = [ops.convert_to_tensor(x) for x in (logits, prompt, mask)]
     for index in range(4, 11):
         index_tensor = ops.convert_to_tensor(index, "int32")
-        outputs = compiled(tensors[0], tensors[1], index_tensor, tensors[2])
-        expected = apply(tensors[0], tensors[1], index_tensor, tensors[2])
+        arguments = (tensors[0], tensors[1], index_tensor, tensors[2], parameters)
         np.testing.assert_allclose(
-            ops.convert_to_numpy(outputs), ops.convert_to_numpy(expected)
+            ops.convert_to_numpy(compiled(*arguments)),
+            ops.convert_to_numpy(apply(*arguments)),
         )
     # New tunable values (same shapes) reuse the graph too.
-    for processor, values in zip(chain, parameters):
-        new_values = {name: value.clone() + 1 for name, value in values.items()}
-        stack.enter_context(processor.bind(new_values))
-    compiled(tensors[0], tensors[1], ops.convert_to_tensor(5, "int32"), tensors[2])
-    stack.close()
+    parameters = [
+        {name: value.clone() + 1 for name, value in values.items()}
+        for values in parameters
+    ]
+    compiled(tensors[0], tensors[1], ops.convert_to_tensor(5, "int32"), tensors[2], parameters)
     assert len(compiles) == 1

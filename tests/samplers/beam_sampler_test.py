@@ -284,9 +284,9 @@ def test_per_step_outputs_follow_the_hypothesis_not_the_row():
         "top_log_probs": ops.zeros((1, width, top)),
         "top_token_ids": ops.zeros((1, width, top), "int32"),
     }
-    with sampler.bind(sampler.get_parameter_tensors()):
-        loop = sampler.start([[0] * width], ops.zeros((1, 1)), 1, outputs=outputs)
-        result = sampler.finish(sampler.run(next, loop))
+    sampler = sampler.bound(sampler.get_parameter_tensors())
+    loop = sampler.start([[0] * width], ops.zeros((1, 1)), 1, outputs=outputs)
+    result = sampler.finish(sampler.run(next, loop))
     token_ids = ops.convert_to_numpy(result["token_ids"])
     for r, row in enumerate(token_ids):
         previous, chosen = row[:-1], row[1:]
@@ -331,11 +331,11 @@ def test_cache_is_num_beams_times_the_batch_and_keeps_its_shape():
     token_ids = np.array([[1, 2, 3, 0, 0, 0], [4, 5, 0, 0, 0, 0]], "int32")
     _, state = lm.backbone.build_state(token_ids, cache_length=6)
     mask = token_ids > 0
-    with sampler.bind(sampler.get_parameter_tensors()):
-        loop = sampler.start(token_ids, state, 2, mask=mask)
-        shapes = [tuple(ops.shape(x)) for pair in loop["state"] for x in pair]
-        assert shapes == [(8, 2, 6, 8)] * 4
-        loop = sampler.step(lm.next, loop)
+    sampler = sampler.bound(sampler.get_parameter_tensors())
+    loop = sampler.start(token_ids, state, 2, mask=mask)
+    shapes = [tuple(ops.shape(x)) for pair in loop["state"] for x in pair]
+    assert shapes == [(8, 2, 6, 8)] * 4
+    loop = sampler.step(lm.next, loop)
     assert [tuple(ops.shape(x)) for pair in loop["state"] for x in pair] == shapes
 
 

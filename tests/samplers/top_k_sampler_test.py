@@ -37,8 +37,8 @@ def test_k_equal_one_is_greedy():
 def test_samples_only_among_the_top_k():
     logits = ops.convert_to_tensor(np.tile(LOGITS[:1], (300, 1)))
     sampler = TopKSampler(k=2)
-    with sampler.bind(sampler.get_parameter_tensors()):
-        tokens = sampler.get_next_token(logits, ops.convert_to_tensor([0, 1]))
+    bound = sampler.with_parameters(sampler.get_parameter_tensors())
+    tokens = bound.get_next_token(logits, ops.convert_to_tensor([0, 1]))
     assert set(ops.convert_to_numpy(tokens).tolist()) == {1, 3}
 
 

@@ -30,10 +30,10 @@ def test_keeps_the_smallest_set_reaching_p(p, expected):
 
 def test_k_cuts_first():
     sampler = TopPSampler(p=1.0, k=2)
-    with sampler.bind(sampler.get_parameter_tensors()):
-        tokens = sampler.get_next_token(
-            ops.repeat(LOGITS, 200, axis=0), ops.convert_to_tensor([0, 4])
-        )
+    bound = sampler.with_parameters(sampler.get_parameter_tensors())
+    tokens = bound.get_next_token(
+        ops.repeat(LOGITS, 200, axis=0), ops.convert_to_tensor([0, 4])
+    )
     tokens = ops.convert_to_numpy(tokens).reshape(2, 200)
     assert set(tokens[0]) <= {0, 1} and set(tokens[1]) <= {2, 3}
 

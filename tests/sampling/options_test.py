@@ -78,10 +78,10 @@ def test_a_built_in_sampler_is_its_options(sampler):
         logits = ops.convert_to_tensor(
             np.random.default_rng(0).standard_normal((4, 30)).astype("float32")
         )
-        with sampler.bind(sampler.get_parameter_tensors()):
-            expected = ops.convert_to_numpy(sampler.filter_logits(logits))
-        with rebuilt.bind(rebuilt.get_parameter_tensors()):
-            ours = ops.convert_to_numpy(rebuilt.filter_logits(logits))
+        bound = sampler.with_parameters(sampler.get_parameter_tensors())
+        expected = ops.convert_to_numpy(bound.filter_logits(logits))
+        bound = rebuilt.with_parameters(rebuilt.get_parameter_tensors())
+        ours = ops.convert_to_numpy(bound.filter_logits(logits))
         np.testing.assert_array_equal(np.isfinite(ours), np.isfinite(expected))
         assert type(rebuilt) is samplers.RandomSampler
     else:

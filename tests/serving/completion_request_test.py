@@ -21,6 +21,7 @@ def served():
         chat_template=ChatTemplate(),
         max_batch_size=4,
         end_token_ids=[0],
+        processors={},
     )
 
 

@@ -289,14 +289,13 @@ def test_close_ends_requests_in_flight_with_a_clear_error():
     [
         (dict(num_beams=2), ValueError, "num_beams"),
         (dict(penalty_alpha=0.5), ValueError, "penalty_alpha"),
-        (dict(output_scores=True), ValueError, "output_scores"),
+        (dict(prompt_lookup_ngram=2), ValueError, "prompt_lookup_ngram"),
+        (dict(logit_bias={i: 1.0 for i in range(5000)}), ValueError, "4096"),
         (dict(max_new_tokens=100), ValueError, "max_length"),
-        (dict(logit_bias={(1, 2): 1.0}), ValueError, "single tokens"),
         (dict(num_return_sequences=9), ValueError, "slots"),
         (dict(top_logprobs=21), ValueError, "top_logprobs"),
         (dict(temprature=0.5), TypeError, "temprature"),
         (dict(max_new_tokens=None), ValueError, "max_new_tokens"),
-        (dict(forced_eos_token_id=0), ValueError, "forced_eos_token_id"),
         (dict(response_format={"regex": "("}), ValueError, "regular expression"),
         (
             dict(response_format={"choice": ["a"]}, stop_token_ids=[]),
@@ -309,3 +308,54 @@ def test_close_ends_requests_in_flight_with_a_clear_error():
 def test_bad_requests_are_refused_at_submit(engine, options, error, match):
     with pytest.raises(error, match=match):
         engine.submit("The", **{"max_new_tokens": 2, **options})
+
+
+# One request per option the engine runs (greedy and seeded sampling in
+# turn), each beside others with different settings.
+OPTION_TABLE = [
+    dict(typical_p=0.7),
+    dict(no_repeat_ngram_size=2),
+    dict(min_length=14, eos_token_id=[203, 160]),
+    dict(forced_eos_token_id=105, max_new_tokens=6),
+    dict(bad_words_ids=[[203, 203], [160]]),
+    dict(suppress_tokens=[61, 203]),
+    dict(logit_bias={(203, 203): 4.0, 160: -100.0, 105: 2.5}),
+    dict(output_scores=True, output_logits=True),
+    dict(output_hidden_states=True, top_logprobs=4),
+    dict(repetition_penalty=1.6, frequency_penalty=0.8, presence_penalty=-0.5),
+    dict(min_new_tokens=6, eos_token_id=[203]),
+    dict(top_k=3, top_p=0.8, min_p=0.05, temperature=0.6),
+    dict(response_format={"choice": ["yes", "no", "not sure"]}),
+    dict(stop_strings=["e"], stop_sequences=[[160, 105]]),
+    dict(temperature=1.7, top_k=0, top_p=0.5),
+    dict(max_length=30),
+]
+
+
+def test_every_option_equals_generate_alone(lm):
+    requests = []
+    for i, options in enumerate(OPTION_TABLE):
+        base = dict(output_log_probs=True, seed=i, do_sample=bool(i % 2))
+        if "max_length" not in options:
+            base["max_new_tokens"] = 10
+        options = {**base, **options}
+        if not options["do_sample"]:
+            for name in ("top_k", "top_p", "min_p", "typical_p", "temperature"):
+                options.pop(name, None)
+        requests.append((PROMPTS[i % len(PROMPTS)], options))
+    with Engine(lm, max_batch_size=8, max_length=64, chunk_size=3, top_logprobs=4) as engine:
+        handles = []
+        for prompt, options in requests:
+            handles.append(engine.submit(prompt, **options))
+            time.sleep(0.003 * (len(handles) % 3))
+        records = [handle.result(TIMEOUT) for handle in handles]
+    for (prompt, options), record in zip(requests, records):
+        expected = lm.generate(prompt, return_dict=True, **options)
+        assert record.token_ids == expected.token_ids, options
+        assert record.text == expected.text
+        assert record.finish_reasons == expected.finish_reasons
+        for name in ("log_probs", "scores", "logits", "hidden_states", "top_log_probs"):
+            theirs = getattr(expected, name)
+            if theirs is not None:
+                for ours_row, theirs_row in zip(getattr(record, name), theirs):
+                    np.testing.assert_allclose(ours_row, theirs_row, atol=1e-5, rtol=1e-5)

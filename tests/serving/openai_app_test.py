@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 
+import keras
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -15,6 +17,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from keras_gen.processors import LogitsProcessor  # noqa: E402
 from keras_gen.serving import ChatTemplate  # noqa: E402
 from keras_gen.serving import Engine  # noqa: E402
 from keras_gen.serving import create_app  # noqa: E402
@@ -699,3 +702,116 @@ def test_deeply_nested_json_is_a_400(server):
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
+
+
+class Boost(LogitsProcessor):
+    """A processor of the test's own: adds `amount` to token `token`.
+
+    Both are tunable numbers: each request's own, in one compiled step."""
+
+    def __init__(self, token=0, amount=0.0):
+        self.token = token
+        self.amount = amount
+
+    def get_parameters(self):
+        return {"token": int(self.token), "amount": float(self.amount)}
+
+    def __call__(self, logits, prompt, index, mask):
+        vocabulary = keras.ops.arange(keras.ops.shape(logits)[-1])[None, :]
+        return logits + keras.ops.where(vocabulary == self.token, self.amount, 0.0)
+
+    def get_config(self):
+        return {"token": self.token, "amount": self.amount}
+
+
+def test_a_processor_of_ones_own_is_selected_per_request():
+    lm = tiny_text_lm()
+    app = create_app(
+        lm, model_name=MODEL, max_batch_size=4, max_length=64, chunk_size=3,
+        logits_processors={"boost": Boost},
+    )
+    engine = app.state.engine
+    engine.warm_up()
+    compiled = engine.compilations
+    bodies = [
+        dict(prompt="The for statement", processors={"boost": {"token": 105, "amount": 9.0}}),
+        dict(prompt="A class", vllm_xargs={"boost.token": 203, "amount": 4.5}),
+        dict(prompt="The while", seed=3, temperature=0.9),
+        dict(prompt="The for statement", processors={"boost": {}}, temperature=0.8, seed=5),
+        dict(prompt="is used", vllm_xargs={"token": 160, "boost.amount": 30.0}, top_k=4, seed=2),
+    ] * 2
+    with running(app) as client:
+        answers = [None] * len(bodies)
+
+        def ask(i):
+            answers[i] = complete(client, **{"max_tokens": 8, **bodies[i]})
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(bodies))]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.01)
+        for thread in threads:
+            thread.join(TIMEOUT)
+        for body, answer in zip(bodies, answers):
+            arguments = dict(body.get("processors", {}).get("boost", {}))
+            for key, value in body.get("vllm_xargs", {}).items():
+                arguments[key.rpartition(".")[2]] = value
+            options = {k: v for k, v in body.items() if k in ("seed", "top_k", "temperature")}
+            if options.get("temperature", 0) > 0:
+                options["do_sample"] = True
+            chosen = [Boost(**arguments)] if "processors" in body or "vllm_xargs" in body else []
+            record = lm.generate(
+                body["prompt"], max_new_tokens=8, processors=chosen,
+                return_dict=True, **options,
+            )
+            assert answer["choices"][0]["text"] == record.text[0]
+            if arguments.get("amount", 0) > 8:  # the boost shows
+                assert lm.tokenizer.decode([arguments["token"]]) in record.text[0]
+        # Bad selections are 400s naming the field.
+        for fields, param in (
+            (dict(processors={"nope": {}}), "processors"),
+            (dict(processors={"boost": {"colour": 1}}), None),
+            (dict(vllm_xargs={"colour": 1}), "vllm_xargs"),
+            (dict(processors={"boost": 3}), "processors"),
+        ):
+            response = client.post(
+                "/v1/completions", json={"model": MODEL, "prompt": "The", **fields}
+            )
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == param
+    assert engine.compilations == compiled
+
+
+def test_scores_and_logits_per_token_equal_generate(server, monkeypatch):
+    client, lm, _ = server
+    answer = complete(
+        client, "The while", max_tokens=5, output_scores=True, output_logits=True,
+        repetition_penalty=1.5,
+    )
+    record = lm.generate(
+        "The while", max_new_tokens=5, output_scores=True, output_logits=True,
+        repetition_penalty=1.5, do_sample=False, return_dict=True,
+    )
+    choice = answer["choices"][0]
+    for name in ("scores", "logits"):
+        theirs = np.where(np.isinf(record[name][0]), -9999.0, record[name][0])
+        np.testing.assert_allclose(choice[name], theirs, atol=1e-5)
+    assert "scores" not in complete(client, "The while", max_tokens=2)["choices"][0]
+    # Streamed: each event carries its tokens' rows.
+    body = {"model": MODEL, "prompt": "The while", "max_tokens": 5, "temperature": 0,
+            "output_logits": True, "repetition_penalty": 1.5, "stream": True}
+    with client.stream("POST", "/v1/completions", json=body) as response:
+        chunks = [c for c in events(response)[:-1] if c["choices"]]
+    rows = [row for c in chunks for row in c["choices"][0]["logits"]]
+    np.testing.assert_allclose(rows, record.logits[0], atol=1e-5)
+    # Bounded before it is paid: n x tokens x vocabulary x outputs.
+    from keras_gen.serving import completion_request
+
+    vocabulary_size = lm.backbone.vocabulary_size
+    monkeypatch.setattr(completion_request, "MAX_VOCABULARY_OUTPUTS", 20 * vocabulary_size)
+    body = {"model": MODEL, "prompt": "The", "max_tokens": 5, "n": 2,
+            "output_scores": True, "output_logits": True}
+    assert client.post("/v1/completions", json=body).status_code == 200
+    response = client.post("/v1/completions", json={**body, "max_tokens": 6})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "output_scores"

@@ -54,6 +54,7 @@ def decode(lm, sampler, processors, loop, tables, cache_length):
     that block of the cache alone and writes it back in place.
     """
     cache = loop["state"]
+    inputs = loop
     rows, length = ops.shape(loop["token_ids"])
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = {
@@ -63,16 +64,19 @@ def decode(lm, sampler, processors, loop, tables, cache_length):
     }
     parameters = [*loop["processor_parameters"], tables]
     bound = sampler.bound(loop["parameters"], processors, parameters)
-    if (rows, cache_length) == tuple(ops.shape(cache[0][0])[::2]):
-        return bound.run(lm.next, loop)
-    state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
-    loop = bound.run(lm.next, {**loop, "state": state})
-    zero = ops.zeros((), "int32")
-    state = tuple(
-        tuple(
-            backend.update_block(x, block, (zero,) * 4, donate=True)
-            for x, block in zip(layer, rows_layer)
+    block = (rows, cache_length) != tuple(ops.shape(cache[0][0])[::2])
+    if block:
+        state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
+        loop = {**loop, "state": state}
+    loop = bound.run(lm.next, loop)
+    if block:
+        zero = ops.zeros((), "int32")
+        loop["state"] = tuple(
+            tuple(
+                backend.update_block(x, block, (zero,) * 4, donate=True)
+                for x, block in zip(layer, rows_layer)
+            )
+            for layer, rows_layer in zip(cache, loop["state"])
         )
-        for layer, rows_layer in zip(cache, loop["state"])
-    )
-    return {**loop, "state": state}
+    # The loop as it came in (the state it holds is donated).
+    return {name: loop[name] for name in inputs}

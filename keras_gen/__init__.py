@@ -17,14 +17,15 @@ __version__ = "0.1.0"
 _SUBMODULES = (
     "models",
     "samplers",
-    "sampling",
+    "kernels",
+    "generation",
     "tokenizers",
     "processors",
     "streaming",
     "training",
 )
 _EXPORTS = {
-    "GenerationConfig": "keras_gen.generation_config",
+    "GenerationConfig": "keras_gen.generation.generation_config",
     "CausalLM": "keras_gen.models",
     "GPT2Backbone": "keras_gen.models",
     "GPT2CausalLM": "keras_gen.models",

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.utils import backend_choice
 
 BACKENDS = ("jax", "tensorflow", "torch")
@@ -34,24 +35,7 @@ SAMPLERS = (
 )
 # Generation options with a flag of their own: `--max-new-tokens` for
 # `max_new_tokens`, and so on (`--stop` sets `stop_strings`).
-FLAG_OPTIONS = {
-    "max_new_tokens": int,
-    "min_new_tokens": int,
-    "temperature": float,
-    "top_k": int,
-    "top_p": float,
-    "min_p": float,
-    "typical_p": float,
-    "seed": int,
-    "num_beams": int,
-    "length_penalty": float,
-    "penalty_alpha": float,
-    "repetition_penalty": float,
-    "presence_penalty": float,
-    "frequency_penalty": float,
-    "no_repeat_ngram_size": int,
-    "max_time": float,
-}
+FLAG_OPTIONS = {name: meta["flag"] for name, meta in OPTIONS.items() if meta["flag"]}
 BACKEND_HELP = (
     "Keras backend (default: $KERAS_BACKEND, else keras.json's, else the "
     "first installed of jax, torch, tensorflow)."
@@ -141,8 +125,6 @@ def _add_generate(commands):
         "beam or contrastive (default: the model's generation_config.json, "
         "else greedy)",
     )
-    from keras_gen.generation_config import OPTIONS
-
     for name, kind in FLAG_OPTIONS.items():
         generate.add_argument(
             "--" + name.replace("_", "-"),
@@ -322,7 +304,7 @@ def load_model(model, dtype=None, lora=None):
 
 def generation_options(args):
     """The `GenerationConfig` the flags ask for (unset where they are)."""
-    from keras_gen.generation_config import GenerationConfig
+    from keras_gen.generation.generation_config import GenerationConfig
 
     options = {
         name: getattr(args, name)

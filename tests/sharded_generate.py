@@ -201,7 +201,7 @@ class CompileCounter:
 
 def count_calls(lm):
     calls = [0]
-    for key, function in list(lm._programs.items()):
+    for key, function in lm.programs.items():
         if key[0] != "generate":
             continue
 
@@ -209,7 +209,7 @@ def count_calls(lm):
             calls[0] += 1
             return function(*args, **kwargs)
 
-        lm._programs[key] = counted
+        lm.programs.replace(key, counted)
     return calls
 
 

@@ -202,8 +202,8 @@ def outlines_systems(args, folder, schema):
 def build_times(lm, schema):
     """Seconds to build the schema's automaton cold and cached, and to pack."""
     from keras_gen.processors import JsonSchema
-    from keras_gen.sampling import automaton as automaton_lib
-    from keras_gen.sampling.constraint_tables import ConstraintTables
+    from keras_gen.kernels import automaton as automaton_lib
+    from keras_gen.kernels.constraint_tables import ConstraintTables
 
     pattern = JsonSchema(schema).pattern()
     size = lm.backbone.vocabulary_size

@@ -1,30 +1,26 @@
 """The causal language model task: compile once, generate many times."""
 
-import collections
 import copy
 import functools
 import json
 import os
-import threading
-import time
 import warnings
 
 import keras
-from keras import ops
 
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
-from keras_gen.generation_config import MAX_TOP_LOGPROBS
-from keras_gen.generation_config import OPTIONS
-from keras_gen.generation_config import GenerationConfig
+from keras_gen.generation import generate_loop
+from keras_gen.generation import options as options_lib
+from keras_gen.generation.generation_config import GenerationConfig
+from keras_gen.generation.generation_request import GenerationRequest
+from keras_gen.generation.program_cache import ProgramCache
+from keras_gen.kernels import rows as rows_lib
 from keras_gen.layers.mixture_of_experts import ROUTER_NAME
 from keras_gen.models.backbone import Backbone
-from keras_gen.models.generation_request import GenerationRequest
 from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
-from keras_gen.sampling import rows as rows_lib
-from keras_gen.sampling import options as options_lib
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.tokenizers.tokenizer import TOKENIZER_FILE
 from keras_gen.tokenizers.tokenizer import Tokenizer
@@ -36,39 +32,10 @@ from keras_gen.utils.checks import check_count
 # per sampler structure, processor chain structure and kind (generate, or a
 # stream's start/advance pair).
 MAX_PROGRAMS = 16
-# The default of `num_speculative_tokens`.
-SPECULATIVE_TOKENS = 4
-# `generate` on JAX and TensorFlow decodes positions below 256 against a
-# cache of 256, then of 512, ... (see `attention_spans`).
-MIN_ATTENTION_SPAN = 256
-
-
 # The longest rows `fit` makes of text by default (keras-hub's default).
 PREPROCESSOR_LENGTH = 1024
 # `fit` and `evaluate` keywords that go to the text preprocessor.
 PREPROCESSING_OPTIONS = preprocessing.OPTIONS
-
-# Per-row counts a speculative loop keeps: `lengths` tells the host how far
-# each row got; the others are its acceptance counts.
-ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
-
-
-def _call_options(generation_config, options):
-    """One call's options: its `generation_config`, then its keywords."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(
-            f"Unknown keyword arguments {unknown}. Generation options are the "
-            f"fields of `keras_gen.GenerationConfig`: {sorted(OPTIONS)}"
-        )
-    if "stop_token_ids" in options and options["stop_token_ids"] is None:
-        # keras-hub's meaning: never stop early.
-        options = {**options, "stop_token_ids": []}
-    call = GenerationConfig.from_dict(
-        GenerationConfig() if generation_config is None else generation_config
-    )
-    return call.merge({k: v for k, v in options.items() if v is not None})
-
 
 def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
     """A `Speculation`, with the draft model checked."""
@@ -82,51 +49,6 @@ def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
         draft,
         check_count("num_speculative_tokens", num_speculative_tokens, allow_none=True),
         check_count("prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True),
-    )
-
-
-def attention_spans(cache_length, prefill_length, sampler):
-    """The cache lengths a generate program's loop runs over, in turn.
-
-    A decode step attends over its whole cache, most of which is still
-    empty when `max_length` is long: positions below 256 are decoded
-    against a cache of 256 positions, then up to 512 against 512, and so
-    on, each a loop of its own inside the program (a fixed number per
-    cache length). `()`, one loop over the whole cache, where the backend
-    keeps one cache length (torch), for speculative decoding (whose rows
-    advance apart) and for caches of at most 256 positions.
-    """
-    if not backend.grows_caches() or hasattr(sampler, "lookahead"):
-        return ()
-    spans = []
-    span = MIN_ATTENTION_SPAN
-    while span < cache_length:
-        if span >= prefill_length:
-            spans.append(span)
-        span *= 2
-    return (*spans, cache_length) if spans else ()
-
-
-def program_outputs(loop, finished):
-    """What the host reads from a loop state: the per-step outputs,
-    (speculative decoding) per-row counts, and the sampler's finished rows:
-    a tensor of tokens, or a dict of them and, for a sampler that returns
-    other rows than it runs (beam search), `sequence_scores` and the
-    returned rows' per-step outputs, which win over the loop's."""
-    if not isinstance(finished, dict):
-        finished = {"token_ids": finished}
-    counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
-    return {**loop["outputs"], **counts, **finished}
-
-
-def _bound(sampler, processors, loop):
-    """The copy of `sampler` (and `processors`) that a program traces: it
-    reads the numbers the program received, one per row of `loop`."""
-    return sampler.bound(
-        loop["parameters"],
-        processors,
-        loop["processor_parameters"],
-        rows=ops.shape(loop["token_ids"])[0],
     )
 
 
@@ -173,8 +95,7 @@ class CausalLM(keras.Model):
         self.generate_function = None
         # Steps per compiled chunk of a stream.
         self.stream_chunk_size = 4
-        self._programs = collections.OrderedDict()
-        self._programs_lock = threading.Lock()
+        self.programs = ProgramCache(MAX_PROGRAMS)
         self._preprocessor = None
         self.compile()
         # The backbone is built; the task adds no weights of its own.
@@ -268,7 +189,7 @@ class CausalLM(keras.Model):
         speculation.check(self.backbone)
         sampler = None if sampler is None else samplers.get(sampler)
         if sampler is not None and speculation.enabled:
-            sampler = self._speculative_sampler(sampler, speculation)
+            sampler = speculation.sampler(sampler, self.backbone)
         processors = None if processors is None else processors_lib.get_list(processors)
         self.speculation = speculation
         self.sampler = sampler
@@ -376,29 +297,15 @@ class CausalLM(keras.Model):
 
     def clear_programs(self):
         """Drop every compiled program (`quantize` does: the weights change)."""
-        with self._programs_lock:
-            self._programs.clear()
+        self.programs.clear()
         self.generate_function = None
 
-    def _speculative_sampler(self, sampler, speculation):
-        if isinstance(sampler, SpeculativeSampler):
-            sampler = sampler.sampler
-        return SpeculativeSampler(
-            sampler,
-            self.backbone,
-            speculation.num_speculative_tokens or SPECULATIVE_TOKENS,
-            draft=speculation.draft,
-            prompt_lookup_ngram=speculation.prompt_lookup_ngram,
-        )
-
     def _generation_variables(self, sampler):
-        """The variables a generation program reads: the draft's too."""
+        """The variables a generation program reads: the sampler's models'
+        (a speculative draft's) too."""
         variables = list(self.variables)
-        draft = getattr(sampler, "draft", None)
-        if draft is not None:
-            seen = {id(v) for v in variables}
-            variables += [v for v in draft.variables if id(v) not in seen]
-        return variables
+        seen = {id(v) for v in variables}
+        return variables + [v for v in sampler.model_variables if id(v) not in seen]
 
     def quantize(self, mode=None, config=None, quantize_activations=True, **kwargs):
         """Quantize the weights with Keras and drop the compiled programs
@@ -439,119 +346,6 @@ class CausalLM(keras.Model):
         )
         return logits[:, 0, :], hidden_states[:, 0, :], state
 
-    def _start_loop(
-        self,
-        inputs,
-        prefill_length,
-        outputs,
-        processors=(),
-        sampler=None,
-        attention_span=None,
-    ):
-        """Seed the cache from the prompt; the loop state before step one.
-
-        The cache holds `attention_span` positions, by default all of
-        them.
-        """
-        sampler = sampler or self._defaults(None, processors)[0]
-        token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
-        batch, cache_length = ops.shape(token_ids)
-        hidden_states, state = self.backbone.build_state(
-            token_ids[:, :prefill_length],
-            mask[:, :prefill_length],
-            # Speculative decoding verifies a few positions past the end.
-            cache_length=attention_span
-            or cache_length + getattr(sampler, "lookahead", 0),
-        )
-        # Rows are aligned left: the loop starts at the shortest prompt and
-        # keeps prompt tokens wherever a longer row still has them.
-        index = ops.min(ops.sum(ops.cast(mask, "int32"), axis=1))
-        vocabulary_size = self.backbone.vocabulary_size
-        # There are no more alternatives than tokens.
-        top = min(MAX_TOP_LOGPROBS, vocabulary_size)
-        shapes = {
-            "log_probs": (batch, cache_length),
-            "scores": (batch, cache_length, vocabulary_size),
-            "logits": (batch, cache_length, vocabulary_size),
-            "hidden_states": (batch, cache_length, self.backbone.hidden_dim),
-            "top_token_ids": (batch, cache_length, top),
-            "top_log_probs": (batch, cache_length, top),
-        }
-        dtypes = {"top_token_ids": "int32"}
-        # A sampler's `start` reads its structure only, not its numbers.
-        loop = sampler.start(
-            token_ids,
-            state,
-            index,
-            mask=mask,
-            stop_token_ids=inputs["stop_token_ids"],
-            hidden_states=hidden_states,
-            end=inputs["end"],
-            seed=inputs["seed"],
-            outputs={
-                name: ops.zeros(shapes[name], dtypes.get(name, "float32"))
-                for name in outputs
-            },
-            stop_sequences=inputs.get("stop_sequences"),
-        )
-        loop = {
-            **loop,
-            "parameters": inputs["sampler"],
-            "processor_parameters": inputs.get("processors", []),
-        }
-        loop = _bound(sampler, processors, loop).start_processors(loop)
-        if hasattr(sampler, "start_draft"):
-            loop = sampler.start_draft(
-                loop, token_ids[:, :prefill_length], mask[:, :prefill_length]
-            )
-        if sampler.first_step_from_prompt:
-            loop = self._first_step(loop, hidden_states, processors, sampler)
-        return loop
-
-    def _first_step(self, loop, hidden_states, processors, sampler):
-        """Take the first step on logits from the prompt's forward pass.
-
-        Seeding the cache already computed the last prompt token's hidden
-        state, so the first token needs no decode step (which would run the
-        model again and read the whole cache): time to first token follows
-        the prompt's length, not `max_length`. A loop that runs at most
-        once, so that nothing is generated when every row is at its end.
-        """
-        first = loop["index"]
-
-        def prompt_next(prompt, state, index):
-            last = backend.slice(hidden_states, index - 1, 1, axis=1)[:, 0]
-            return self.backbone.compute_logits(last), last, state
-
-        sampler = _bound(sampler, processors, loop)
-        return backend.while_loop(
-            lambda loop: ops.logical_and(sampler.cond(loop), loop["index"] == first),
-            lambda loop: sampler.step(prompt_next, loop),
-            loop,
-            # On torch: one step is not worth a compiled graph.
-            jit_compile=False,
-        )
-
-    def _run_loop(self, loop, processors=(), sampler=None, attention_spans=()):
-        """Run the sampler loop until it ends or reaches `loop["until"]`.
-
-        With `attention_spans`, one loop per span in turn, each over a
-        cache grown to that span, up to the positions it holds.
-        """
-        sampler = _bound(sampler or self._defaults(None, processors)[0], processors, loop)
-        if not attention_spans:
-            return sampler.run(self.next, loop)
-        until = loop["until"]
-        for span in attention_spans:
-            # A step at `index` writes and attends from `index - 1`.
-            loop = {
-                **loop,
-                "state": self.backbone.grow_state(loop["state"], span),
-                "until": ops.minimum(until, span + 1),
-            }
-            loop = sampler.run(self.next, loop)
-        return {**loop, "until": until}
-
     def generate_step(
         self, inputs, prefill_length, outputs=(), processors=(), sampler=None
     ):
@@ -565,7 +359,7 @@ class CausalLM(keras.Model):
                 `(2,)`, `sampler`: the sampler's tunable numbers,
                 `processors`: one dict of tunable numbers per processor,
                 and optionally `stop_sequences` (see
-                `keras_gen.sampling.stopping`).
+                `keras_gen.kernels.stopping`).
             prefill_length: int, how many leading positions hold prompt
                 tokens; the cache is seeded from these only.
             outputs: names of the per-step outputs to return (`"logits"`,
@@ -581,16 +375,10 @@ class CausalLM(keras.Model):
             `sequence_scores`. Speculative decoding adds `lengths`,
             `accepted_tokens` and `draft_tokens`, `(batch,)` each.
         """
-        sampler = sampler or self._defaults(None, processors)[0]
-        spans = attention_spans(
-            ops.shape(inputs["token_ids"])[1], prefill_length, sampler
+        sampler, processors = self._defaults(sampler, processors)
+        return generate_loop.generate_step(
+            self, inputs, prefill_length, outputs, processors, sampler
         )
-        first_span = spans[0] if spans else None
-        loop = self._start_loop(
-            inputs, prefill_length, outputs, processors, sampler, first_span
-        )
-        loop = self._run_loop(loop, processors, sampler, spans)
-        return program_outputs(loop, sampler.finish(loop))
 
     def make_generate_function(self, processors=None, sampler=None):
         """Build (once) and return the compiled generate function.
@@ -644,11 +432,11 @@ class CausalLM(keras.Model):
             arguments = {"processors": processors, "sampler": sampler}
             return (
                 compile_function(
-                    functools.partial(self._start_loop, **arguments),
+                    functools.partial(generate_loop.start, self, **arguments),
                     static_argnames=("prefill_length", "outputs"),
                 ),
                 compile_function(
-                    functools.partial(self._run_loop, **arguments),
+                    functools.partial(generate_loop.run, self, **arguments),
                     donate_argnums=(0,),
                 ),
             )
@@ -659,8 +447,8 @@ class CausalLM(keras.Model):
         """The cached program of this kind and structure, or a new one.
 
         `build(sampler, processors)` builds it around copies of the call's
-        objects: the program binds each call's numbers into its own copies,
-        never into objects a caller (or another thread) holds.
+        objects, which the program never changes (it binds each call's
+        numbers into copies of its own: see `Sampler.bound`).
         """
         key = (
             kind,
@@ -670,16 +458,10 @@ class CausalLM(keras.Model):
             # Adapters add weights: a program reads the weights it was built for.
             self.backbone.weights_structure,
         )
-        with self._programs_lock:
-            if key in self._programs:
-                self._programs.move_to_end(key)
-                return self._programs[key]
-        program = build(copy.copy(sampler), tuple(copy.copy(p) for p in processors))
-        with self._programs_lock:
-            program = self._programs.setdefault(key, program)
-            while len(self._programs) > MAX_PROGRAMS:
-                self._programs.popitem(last=False)
-        return program
+        return self.programs.get(
+            key,
+            lambda: build(copy.copy(sampler), tuple(copy.copy(p) for p in processors)),
+        )
 
     def _defaults(self, sampler, processors):
         """`(sampler, processors)`, each as given or as a call with no
@@ -808,7 +590,7 @@ class CausalLM(keras.Model):
         draft_model=None,
     ):
         """`(config, sampler, processors, seed)` of a call: see `generate`."""
-        call = _call_options(generation_config, options)
+        call = options_lib.call_options(generation_config, options)
         compiled = self.sampler if sampler is None else samplers.get(sampler)
         speculation = self.speculation
         if isinstance(compiled, SpeculativeSampler):
@@ -833,50 +615,20 @@ class CausalLM(keras.Model):
             self.generation_config,
         )
         if speculation.enabled:
-            resolved = self._speculative_sampler(resolved, speculation)
+            resolved = speculation.sampler(resolved, self.backbone)
         for processor in processors:
             processor.check_vocabulary(self.backbone.vocabulary_size)
         return config, resolved, processors, seed
 
-    def _stream(self, request, streamer, max_time, chunk_size, sampler=None):
+    def _stream(self, request, streamer, max_time, chunk_size, sampler):
         # Arguments are checked here, at the call, not at the first chunk.
         if chunk_size is None:
             chunk_size = self.stream_chunk_size
         chunk_size = check_count("stream_chunk_size", chunk_size)
-        return self._chunks(request, streamer, max_time, chunk_size, sampler)
-
-    def _chunks(self, request, streamer, max_time, chunk_size, sampler):
-        started = time.monotonic()
-        start, advance = self.make_stream_functions(request.processors, sampler)
-        try:
-            with backend.no_grad():
-                loop = start(request.program_inputs, **request.static_arguments)
-                # The first token may come with the start: hand it out now.
-                advanced = sampler.first_step_from_prompt
-                while not request.done:
-                    if not advanced:
-                        index = int(ops.convert_to_numpy(loop["index"]))
-                        until = min(index + chunk_size, request.cache_length)
-                        loop["until"] = ops.convert_to_tensor(until, "int32")
-                        loop = advance(loop)
-                    advanced = False
-                    time_is_up = (
-                        max_time is not None and time.monotonic() - started >= max_time
-                    )
-                    # A speculative chunk is `chunk_size` steps (each of one
-                    # or more tokens per row); `lengths` says how far.
-                    view, limits = sampler.stream_view(loop)
-                    chunk = request.read(
-                        program_outputs(loop, view), limits, time_is_up
-                    )
-                    if streamer is not None:
-                        streamer.put(chunk)
-                    yield chunk
-        finally:
-            # Whether the stream ended, broke off or raised: drop the cache.
-            loop = None
-            if streamer is not None:
-                streamer.end()
+        functions = self.make_stream_functions(request.processors, sampler)
+        return generate_loop.stream_chunks(
+            request, functions, sampler, streamer, max_time, chunk_size
+        )
 
     @classmethod
     def from_pretrained(cls, path, dtype=None):

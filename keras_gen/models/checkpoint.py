@@ -21,8 +21,8 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from keras_gen.generation_config import GENERATION_CONFIG_FILE
-from keras_gen.generation_config import GenerationConfig
+from keras_gen.generation.generation_config import GENERATION_CONFIG_FILE
+from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.models import architectures
 from keras_gen.tokenizers.tokenizer import Tokenizer
 

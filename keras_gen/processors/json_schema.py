@@ -4,8 +4,8 @@ import copy
 import json
 
 from keras_gen.processors.structured_output import StructuredOutput
-from keras_gen.sampling.automaton import check_regex
-from keras_gen.sampling.json_schema import schema_regex
+from keras_gen.kernels.automaton import check_regex
+from keras_gen.kernels.json_schema import schema_regex
 
 
 class JsonSchema(StructuredOutput):

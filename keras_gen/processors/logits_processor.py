@@ -4,8 +4,7 @@ import numpy as np
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.sampling import rows as rows_lib
-from keras_gen.sampling.filters import token_mask
+from keras_gen.kernels import rows as rows_lib
 from keras_gen.utils.tunable import Tunable
 
 NEG_INF = float("-inf")

@@ -2,10 +2,10 @@
 
 from keras import ops
 
-from keras_gen.generation_config import MAX_NGRAM_SIZE
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
+from keras_gen.utils.checks import MAX_NGRAM_SIZE
 from keras_gen.utils.checks import check_count
 
 

@@ -5,11 +5,11 @@ from keras import ops
 
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
-from keras_gen.sampling.automaton import Automaton
-from keras_gen.sampling.constraint_tables import ConstraintTables
-from keras_gen.sampling.constraint_tables import allowed_tokens
-from keras_gen.sampling.constraint_tables import constrain
-from keras_gen.sampling.constraint_tables import next_states
+from keras_gen.kernels.automaton import Automaton
+from keras_gen.kernels.constraint_tables import ConstraintTables
+from keras_gen.kernels.constraint_tables import allowed_tokens
+from keras_gen.kernels.constraint_tables import constrain
+from keras_gen.kernels.constraint_tables import next_states
 
 
 class StructuredOutput(LogitsProcessor):
@@ -189,22 +189,30 @@ class StructuredOutput(LogitsProcessor):
         )
 
     def get_config(self):
-        from keras_gen.processors import registry
-
         if self.constraints is None:  # one constraint; subclasses say which
             return {}
         return {
             "constraints": [
-                None if c is None else registry.serialize(c) for c in self.constraints
+                None if c is None else {"class": type(c).__name__, "config": c.get_config()}
+                for c in self.constraints
             ]
         }
 
     @classmethod
     def from_config(cls, config):
-        from keras_gen.processors import registry
-
         if cls is not StructuredOutput:  # one constraint: its own arguments
             return cls(**config)
+        kinds = {kind.__name__: kind for kind in _subclasses(StructuredOutput)}
         return cls(
-            [None if c is None else registry.get(c) for c in config["constraints"]]
+            [
+                None if c is None else kinds[c["class"]].from_config(c["config"])
+                for c in config["constraints"]
+            ]
         )
+
+
+def _subclasses(cls):
+    """Every subclass of `cls`, at any depth (the kinds of constraint)."""
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)

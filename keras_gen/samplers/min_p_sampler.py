@@ -2,7 +2,7 @@
 
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.sampling.filters import min_p_filter
+from keras_gen.kernels.filters import min_p_filter
 from keras_gen.utils.checks import check_probability
 
 

@@ -3,19 +3,9 @@
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.kernels.filters import FILTERS
+from keras_gen.kernels.filters import filter_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.sampling import filters
-from keras_gen.utils.checks import check_fraction
-from keras_gen.utils.checks import check_int
-from keras_gen.utils.checks import check_probability
-
-# Each filter's check; `None` leaves the filter out of the program.
-FILTER_CHECKS = {
-    "top_k": lambda v: check_int("top_k", v, low=0),
-    "top_p": lambda v: check_probability("top_p", v),
-    "min_p": lambda v: check_fraction("min_p", v),
-    "typical_p": lambda v: check_probability("typical_p", v),
-}
 
 
 def sample_from_logits(logits, seed):
@@ -35,23 +25,24 @@ def sample_from_logits(logits, seed):
 class RandomSampler(Sampler):
     """Samples each token from the softmax distribution.
 
-    The optional filters apply after the temperature, in vLLM's order:
-    min-p, top-k, top-p (over what min-p and top-k kept), then typical.
-    A filter given here (even at its neutral value) is part of the compiled
-    program and its value an input, so `top_k=0` and `top_k=40` share one
-    program; a filter left at `None` costs nothing.
+    The optional filters (`keras_gen.kernels.filters.FILTERS`) apply after
+    the temperature, in vLLM's order: min-p, top-k, top-p (over what min-p
+    and top-k kept), then typical. A filter given here (even at its neutral
+    value) is part of the compiled program and its value an input, so
+    `top_k=0` and `top_k=40` share one program; a filter left at `None`
+    costs nothing.
 
     Args:
         temperature: finite float >= 1e-5, logits are divided by it first.
-        top_k: int >= 0 or `None`: keep the `k` most likely tokens (0 keeps
-            all).
-        top_p: float in (0, 1] or `None`: keep the smallest set whose mass
-            reaches `p` (1 keeps all).
-        min_p: float in [0, 1] or `None`: keep tokens at least `min_p` times
-            as likely as the most likely one (0 keeps all).
-        typical_p: float in (0, 1] or `None`: locally typical sampling (1
-            keeps all).
         seed: int or `None`, the default seed of `generate`.
+        **filters: each filter's value, or `None`:
+            `top_k`: int >= 0, keep the `k` most likely tokens (0 keeps all).
+            `top_p`: float in (0, 1], keep the smallest set whose mass
+            reaches `p` (1 keeps all).
+            `min_p`: float in [0, 1], keep tokens at least `min_p` times as
+            likely as the most likely one (0 keeps all).
+            `typical_p`: float in (0, 1], locally typical sampling (1 keeps
+            all).
 
     Examples:
     >>> sampler = RandomSampler(temperature=0.7, top_k=40, top_p=0.9)
@@ -59,39 +50,33 @@ class RandomSampler(Sampler):
     {'temperature': 0.7, 'top_k': 40, 'top_p': 0.9}
     """
 
-    def __init__(
-        self,
-        temperature=1.0,
-        top_k=None,
-        top_p=None,
-        min_p=None,
-        typical_p=None,
-        seed=None,
-    ):
-        self.top_k = top_k
-        self.top_p = top_p
-        self.min_p = min_p
-        self.typical_p = typical_p
+    def __init__(self, temperature=1.0, seed=None, **filters):
+        unknown = sorted(set(filters) - set(FILTERS))
+        if unknown:
+            raise TypeError(
+                f"Unknown arguments {unknown}: `RandomSampler` takes "
+                f"`temperature`, `seed` and the filters {list(FILTERS)}."
+            )
+        for name in FILTERS:
+            setattr(self, name, filters.get(name))
         super().__init__(temperature=temperature, seed=seed)
 
     def get_parameters(self):
         parameters = super().get_parameters()
-        for name, check in FILTER_CHECKS.items():
+        for name, (_, _, check) in FILTERS.items():
             if getattr(self, name) is not None:
-                parameters[name] = check(getattr(self, name))
+                parameters[name] = check(name, getattr(self, name))
         return parameters
 
     def filter_logits(self, logits):
-        return filters.filter_logits(
-            logits, **{name: getattr(self, name) for name in FILTER_CHECKS}
-        )
+        return filter_logits(logits, **{name: getattr(self, name) for name in FILTERS})
 
     def get_next_token(self, logits, seed):
         return sample_from_logits(self.filter_logits(logits), seed)
 
     def get_config(self):
         config = super().get_config()
-        for name in FILTER_CHECKS:
+        for name in FILTERS:
             if getattr(self, name) is not None:
                 config[name] = getattr(self, name)
         return config

@@ -3,8 +3,8 @@
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.sampling import rows as rows_lib
-from keras_gen.sampling import stopping
+from keras_gen.kernels import rows as rows_lib
+from keras_gen.kernels import stopping
 from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
 
@@ -106,6 +106,12 @@ class Sampler(Tunable):
     num_return_sequences = 1
     # Whether the same prompt always gives the same tokens (no draws).
     deterministic = False
+    # Positions past the token buffer a step may write (and the cache must
+    # hold): speculative decoding verifies a few ahead.
+    lookahead = 0
+    # Variables of models the sampler runs besides the target (a
+    # speculative draft's): the program reads them too.
+    model_variables = ()
 
     def __init__(self, temperature=1.0, seed=None):
         self.temperature = temperature
@@ -201,6 +207,11 @@ class Sampler(Tunable):
                 }
             }),
         }
+
+    def prefill(self, loop, prompt, mask):
+        """`loop` with any state the sampler seeds from the `(batch,
+        prefill)` prompt (speculative decoding: the draft's cache)."""
+        return loop
 
     def cond(self, loop):
         """Keep going while a row is unfinished and short of its `end` and

@@ -10,8 +10,12 @@ from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
 from keras_gen.samplers.sampler import log_prob_outputs
-from keras_gen.sampling import stopping
+from keras_gen.kernels import stopping
 from keras_gen.utils.checks import check_count
+
+
+# The default of `num_speculative_tokens`.
+SPECULATIVE_TOKENS = 4
 
 
 def take_rows(x, positions):
@@ -82,6 +86,19 @@ class Speculation(
                 "`num_speculative_tokens` needs `draft_model` or `prompt_lookup_ngram`."
             )
         return Speculation(draft, count, ngram)
+
+    def sampler(self, sampler, target):
+        """The `SpeculativeSampler` of this speculation around `sampler`
+        (or around the sampler a speculative one wraps)."""
+        if isinstance(sampler, SpeculativeSampler):
+            sampler = sampler.sampler
+        return SpeculativeSampler(
+            sampler,
+            target,
+            self.num_speculative_tokens or SPECULATIVE_TOKENS,
+            draft=self.draft,
+            prompt_lookup_ngram=self.prompt_lookup_ngram,
+        )
 
     def check(self, target):
         """Raise if this speculation cannot run for the `target` backbone."""
@@ -239,7 +256,11 @@ class SpeculativeSampler(Sampler):
             "draft_state": (),
         }
 
-    def start_draft(self, loop, prompt, mask):
+    @property
+    def model_variables(self):
+        return () if self.draft is None else self.draft.variables
+
+    def prefill(self, loop, prompt, mask):
         """Seed the draft model's cache from the prompt."""
         if self.draft is None:
             return loop

@@ -1,7 +1,8 @@
 """One OpenAI-style completion or chat request, read and checked."""
 
-from keras_gen.generation_config import MAX_TOP_LOGPROBS
-from keras_gen.generation_config import GenerationConfig
+from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
+from keras_gen.generation.generation_config import OPTIONS
+from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
 
 MAX_STOP_STRINGS = 4
@@ -11,25 +12,8 @@ MAX_LOGIT_BIAS = 100
 # The most numbers a request's per-token scores or logits may add up to
 # (`n` x tokens x vocabulary, each output): bounded before it is paid.
 MAX_VOCABULARY_OUTPUTS = 1 << 22
-# Request fields that are generation options, by option name.
-OPTION_FIELDS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "repetition_penalty": "repetition_penalty",
-    "no_repeat_ngram_size": "no_repeat_ngram_size",
-    "min_tokens": "min_new_tokens",
-    "min_length": "min_length",
-    "bad_words_ids": "bad_words_ids",
-    "forced_eos_token_id": "forced_eos_token_id",
-    "output_scores": "output_scores",
-    "output_logits": "output_logits",
-    "seed": "seed",
-}
+# Request fields that give a generation option as it is: field -> option.
+OPTION_FIELDS = {meta["field"]: name for name, meta in OPTIONS.items() if meta["field"]}
 # Per-token outputs a choice may carry (the request's `output_scores` and
 # `output_logits`): one array of `vocabulary_size` numbers per token.
 VOCABULARY_OUTPUTS = ("scores", "logits")

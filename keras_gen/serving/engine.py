@@ -14,19 +14,21 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
-from keras_gen.generation_config import MAX_TOP_LOGPROBS
-from keras_gen.generation_config import GenerationConfig
-from keras_gen.models import prompts as prompts_lib
-from keras_gen.models.generation_request import MIN_CACHE_LENGTH
-from keras_gen.models.generation_request import MIN_PREFILL_LENGTH
-from keras_gen.models.generation_request import STOP_TOKEN_SLOTS
-from keras_gen.models.generation_request import GenerationRequest
+from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
+from keras_gen.generation.generation_config import OPTIONS
+from keras_gen.generation.generation_config import GenerationConfig
+from keras_gen.generation import prompts as prompts_lib
+from keras_gen.generation.generation_request import MIN_CACHE_LENGTH
+from keras_gen.generation.generation_request import MIN_PREFILL_LENGTH
+from keras_gen.generation.generation_request import STOP_TOKEN_SLOTS
+from keras_gen.generation.generation_request import GenerationRequest
+from keras_gen.generation.program_cache import ProgramCache
 from keras_gen.processors import StructuredOutput
 from keras_gen.samplers.sampler import ROW_STRIDE
-from keras_gen.sampling import options as options_lib
-from keras_gen.sampling.automaton import Automaton
-from keras_gen.sampling.constraint_tables import FREE
-from keras_gen.sampling.constraint_tables import ConstraintTables
+from keras_gen.generation import options as options_lib
+from keras_gen.kernels.automaton import Automaton
+from keras_gen.kernels.constraint_tables import FREE
+from keras_gen.kernels.constraint_tables import ConstraintTables
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
@@ -51,19 +53,11 @@ UNSUPPORTED = {
     ),
     "prompt_lookup_ngram": (bool, "speculative decoding runs with `CausalLM.generate`"),
 }
-# The sampler every slot runs: each filter at its neutral value unless a
-# request sets it; temperature 0 is a greedy request.
-SAMPLER_NUMBERS = ("temperature", *options_lib.FILTERS)
-# Lanes for the processor options, made by the options mapping from these
-# stand-in values (each slot then holds its own).
-OPTION_LANES = dict(
-    bad_words_ids=[[0]],
-    suppress_tokens=[0],
-    min_new_tokens=1,
-    logit_bias={0: 0.0},
-    no_repeat_ngram_size=1,
-    forced_eos_token_id=0,
-)
+# Lanes for the processor options, made by the options mapping from each
+# option's example value (each slot then holds its own).
+OPTION_LANES = {
+    name: meta["example"] for name, meta in OPTIONS.items() if meta["example"] is not None
+}
 # Per-step outputs the wide decode program writes (`(slots, chunk, vocab)`
 # rings), run only while a request asks for one of them.
 WIDE_OUTPUTS = ("scores", "logits", "hidden_states")
@@ -118,7 +112,7 @@ class Engine:
     logits processor classes, bound to each slot's own numbers (see
     `keras_gen.utils.tunable.Tunable`). A request's options become a
     sampler and processors exactly as in `generate`
-    (`keras_gen.sampling.options`); every processor an option makes runs in
+    (`keras_gen.generation.options`); every processor an option makes runs in
     the engine (penalties, biases, bans, minimum lengths, n-gram bans, the
     forced end token, structured output), as do temperature (0 decodes
     greedily), top-k, top-p, min-p and typical sampling, and the processors
@@ -229,7 +223,10 @@ class Engine:
         self._numbers = self._empty_numbers()
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
-        self._programs = {}
+        # Every program a warm-up builds (with and without the wide
+        # outputs), twice over: table and lane sizes add a few.
+        buckets = len(self.row_buckets) * len(self.length_buckets)
+        self.programs = ProgramCache(4 * (2 * buckets + len(self.prompt_buckets)))
         # The running requests' automata, packed, and their device copies.
         self._tables = ConstraintTables([], lm.backbone.vocabulary_size)
         self._table_tensors = None
@@ -380,7 +377,7 @@ class Engine:
 
     def _prepare(self, prompt, generation_config, options, processors):
         lm = self.lm
-        call = _call_config(generation_config, options)
+        call = options_lib.call_options(generation_config, options)
         chosen = self._chosen(processors)
         config, sampler, chain = options_lib.resolve(
             self.generation_config, call, None, chosen or None
@@ -732,28 +729,28 @@ class Engine:
 
     def _program(self, kind, bucket=None):
         """The compiled `admit` (per prompt bucket) or `decode` program."""
-        key = (kind, bucket)
-        if key not in self._programs:
-            lm, backbone = self.lm, self.lm.backbone
-            if kind == "admit":
-                function = functools.partial(engine_programs.admit, backbone)
-            else:  # bucket: (rows, cache length, ...)
-                structured = StructuredOutput.for_tables(self._tables)
-                function = functools.partial(
-                    engine_programs.decode,
-                    lm,
-                    self._sampler,
-                    (*self._lanes.templates, structured),
-                    cache_length=bucket[1],
-                )
-            program = backend.compile_function(
-                function,
-                lm.variables,
-                jit_compile=lm.generate_jit_compile,
-                donate_argnums=(0,),
+        return self.programs.get((kind, bucket), lambda: self._build(kind, bucket))
+
+    def _build(self, kind, bucket):
+        lm = self.lm
+        if kind == "admit":
+            function = functools.partial(engine_programs.admit, lm.backbone)
+        else:  # bucket: (rows, cache length, ...)
+            structured = StructuredOutput.for_tables(self._tables)
+            function = functools.partial(
+                engine_programs.decode,
+                lm,
+                self._sampler,
+                (*self._lanes.templates, structured),
+                cache_length=bucket[1],
             )
-            self._programs[key] = self._counting(program)
-        return self._programs[key]
+        program = backend.compile_function(
+            function,
+            lm.variables,
+            jit_compile=lm.generate_jit_compile,
+            donate_argnums=(0,),
+        )
+        return self._counting(program)
 
     def _counting(self, program):
         def call(*args):
@@ -844,14 +841,6 @@ def _buckets(minimum, limit):
         buckets.append(minimum)
         minimum *= 2
     return buckets + [limit]
-
-
-def _call_config(generation_config, options):
-    unknown = set(options) - set(GenerationConfig.__dataclass_fields__)
-    if unknown:
-        raise TypeError(f"Unknown generation options {sorted(unknown)}.")
-    base = GenerationConfig.from_dict(generation_config or {})
-    return base.merge({k: v for k, v in options.items() if v is not None})
 
 
 def _prompt_ids(prompt, tokenizer):

@@ -20,7 +20,7 @@ import fastapi
 import fastapi.responses
 import starlette.exceptions
 
-from keras_gen.generation_config import GenerationConfig
+from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
 from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.serving.completion_request import CompletionRequest

@@ -16,6 +16,8 @@ import numpy as np
 MIN_TEMPERATURE = 1e-5
 # The largest finite float32.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The largest n-gram `NoRepeatNGram` bans (it unrolls its comparison).
+MAX_NGRAM_SIZE = 16
 
 
 def is_int(value):

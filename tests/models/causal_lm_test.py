@@ -326,24 +326,22 @@ def test_new_numbers_change_the_tokens_of_the_shared_program(gpt2_lm):
 
 
 @pytest.mark.only_backend("jax")
-def test_the_program_cache_is_bounded(gpt2_lm, monkeypatch):
-    from keras_gen.models import causal_lm
-
-    monkeypatch.setattr(causal_lm, "MAX_PROGRAMS", 2)
+def test_the_program_cache_is_bounded(gpt2_lm):
+    gpt2_lm.programs.max_size = 2
     for sampler in ("greedy", "top_k", "top_p", "min_p"):
         gpt2_lm.generate([1, 2], max_new_tokens=2, sampler=sampler)
-        assert len(gpt2_lm._programs) <= 2
+        assert len(gpt2_lm.programs) <= 2
     # The most recent ones stay.
-    kinds = [key[2][0].__name__ for key in gpt2_lm._programs]
+    kinds = [key[2][0].__name__ for key in gpt2_lm.programs.keys()]
     assert kinds == ["TopPSampler", "MinPSampler"]
 
 
 @pytest.mark.only_backend("jax")
 def test_quantize_drops_the_programs(gpt2_lm):
     gpt2_lm.generate([1, 2], max_new_tokens=2)
-    assert gpt2_lm._programs
+    assert len(gpt2_lm.programs)
     gpt2_lm.quantize("int8")
-    assert not gpt2_lm._programs
+    assert not len(gpt2_lm.programs)
 
 
 # --- options and where they come from ----------------------------------------

@@ -78,7 +78,7 @@ def test_new_chain_compiles_once_and_is_cached(gpt2_lm, traces):
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=[processors.RepetitionPenalty(2.0)])
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=b)
     assert traces() == after_b
-    assert len(gpt2_lm._programs) == 2
+    assert len(gpt2_lm.programs) == 2
     gpt2_lm.compile()
     assert gpt2_lm.generate_function is None
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=b)

@@ -3,7 +3,7 @@ import pytest
 from keras import ops
 
 from keras_gen.samplers import MinPSampler
-from keras_gen.sampling.filters import min_p_filter
+from keras_gen.kernels.filters import min_p_filter
 
 PROBABILITIES = np.array([[0.5, 0.3, 0.15, 0.05], [0.05, 0.05, 0.1, 0.8]])
 LOGITS = ops.convert_to_tensor(np.log(PROBABILITIES), "float32")

@@ -4,7 +4,7 @@ from keras import ops
 
 from keras_gen.samplers import GreedySampler
 from keras_gen.samplers import TopKSampler
-from keras_gen.sampling.filters import top_k_filter
+from keras_gen.kernels.filters import top_k_filter
 from tests.samplers.fake_model import fake_next
 from tests.samplers.fake_model import spell
 

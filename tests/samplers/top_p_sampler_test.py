@@ -3,7 +3,7 @@ import pytest
 from keras import ops
 
 from keras_gen.samplers import TopPSampler
-from keras_gen.sampling.filters import top_p_filter
+from keras_gen.kernels.filters import top_p_filter
 
 # Row 0 probabilities: 0.5, 0.3, 0.15, 0.05; row 1: 0.05, 0.05, 0.1, 0.8.
 PROBABILITIES = np.array([[0.5, 0.3, 0.15, 0.05], [0.05, 0.05, 0.1, 0.8]])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_gen import GenerationConfig
-from keras_gen.sampling import options as options_lib
+from keras_gen.generation import options as options_lib
 from keras_gen.serving import Engine
 from keras_gen.serving import EngineClosed
 from keras_gen.serving import EngineFull
@@ -233,7 +233,7 @@ def test_structured_requests_equal_each_request_alone(lm):
 
 @pytest.mark.only_backend("jax", "torch")
 def test_constraints_beyond_the_tables_fail_alone(lm, monkeypatch):
-    from keras_gen.sampling import constraint_tables
+    from keras_gen.kernels import constraint_tables
 
     # 167 and 149 transitions: each fits in 256 alone, not both together.
     words = {"regex": "[a-z]{2,4}"}

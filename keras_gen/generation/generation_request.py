@@ -7,8 +7,8 @@ import numpy as np
 from keras import ops
 
 from keras_gen import backend
-from keras_gen.models import prompts as prompts_lib
-from keras_gen.models.stop_conditions import StopConditions
+from keras_gen.generation import prompts as prompts_lib
+from keras_gen.generation.stop_conditions import StopConditions
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.streaming.incremental_detokenizer import IncrementalDetokenizer
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_gen.sampling import filters
+from keras_gen.kernels import filters
 
 RNG = np.random.default_rng(0)
 LOGITS = ops.convert_to_tensor((3 * RNG.standard_normal((6, 40))).astype("float32"))

@@ -1,10 +1,11 @@
 import json
+import os
 
 import numpy as np
 import pytest
 
 from keras_gen import GenerationConfig
-from keras_gen.generation_config import OPTIONS
+from keras_gen.generation.generation_config import OPTIONS
 
 INF, NAN = float("inf"), float("nan")
 
@@ -250,3 +251,27 @@ def test_frozen():
     with pytest.raises(Exception):
         GenerationConfig().temperature = 0.5
     assert GenerationConfig(top_k=3).replace(top_k=None) == GenerationConfig()
+
+
+def _readme_options():
+    """The README's Options table: `{option: (flag cell, field cell)}`, in order."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    text = open(path, encoding="utf-8").read()
+    start = text.index("| `GenerationConfig` field |")
+    rows = text[start : text.index("\n\n", start)].split("\n")[2:]
+    table = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = (cells[1], cells[2])
+    return table
+
+
+def test_the_readme_options_table_is_the_option_table():
+    table = _readme_options()
+    assert list(table) == list(OPTIONS)
+    for name, meta in OPTIONS.items():
+        flag, field = table[name]
+        if meta["flag"]:
+            assert f"`--{name.replace('_', '-')}`" in flag, name
+        if meta["field"]:
+            assert f"`{meta['field']}`" in field, name

@@ -7,7 +7,7 @@ the first match.
 
 from keras import ops
 
-from keras_gen.sampling import stopping
+from keras_gen.kernels import stopping
 
 # Token texts per tokenizer (decoding a whole vocabulary takes a moment).
 _PIECES = {}

@@ -8,12 +8,8 @@ import warnings
 from keras_gen.utils import checks
 
 GENERATION_CONFIG_FILE = "generation_config.json"
-# `NoRepeatNGram` unrolls its comparison up to this size.
-MAX_NGRAM_SIZE = 16
 # The most alternatives `top_logprobs` may ask for (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
-# Options that, given without `do_sample`, mean sampling.
-SAMPLING_NUMBERS = ("temperature", "top_k", "top_p", "min_p", "typical_p")
 STEP_OUTPUTS = {
     "output_log_probs": "log_probs",
     "output_scores": "scores",
@@ -94,17 +90,62 @@ def _response_format(name, value):
     return value
 
 
-def option(check, group, help):
-    """A field: unset (`None`) by default, with its check (`check(name,
-    value)` returns the value to keep), group and help.
+def option(
+    check,
+    group,
+    help,
+    *,
+    flag=None,
+    field=None,
+    neutral=None,
+    processor=None,
+    example=None,
+    filter=False,
+):
+    """A field, unset (`None`) by default: the one place an option is
+    declared. Every entry point reads it from here.
 
-    Groups: `"length"` options replace each other as a pair in `merge`;
-    `"sampling"` options are what a sampler object stands for;
-    `"processors"` options build logits processors.
+    Args:
+        check: `check(name, value)` returns the value to keep, or raises.
+        group: `"length"` options replace each other as a pair in `merge`;
+            `"sampling"` options are what a sampler object stands for;
+            `"processors"` options build logits processors.
+        help: one line: the CLI's help and the docs' meaning.
+        flag: `int` or `float`: the `keras-gen generate` flag
+            `--<name-with-dashes>` of that type; `None`: no flag.
+        field: the server request field that gives it as it is.
+        neutral: the value that changes nothing (a penalty's 0 or 1).
+        processor: `(function, argument)`: the function of
+            `keras_gen.processors` that applies the option (a processor
+            class) and the argument it fills; options of one function build
+            one processor, in the order they are declared here.
+        example: a value that builds its processor (the serving engine's
+            processor lanes are built from these).
+        filter: applied by the sampling filter of the same name
+            (`keras_gen.kernels.filters.FILTERS`, which holds its check
+            and neutral value too).
     """
     return dataclasses.field(
-        default=None, metadata={"check": check, "group": group, "help": help}
+        default=None,
+        metadata={
+            "check": check,
+            "group": group,
+            "help": help,
+            "flag": flag,
+            "field": field,
+            "neutral": neutral,
+            "processor": processor,
+            "example": example,
+            "filter": filter,
+        },
     )
+
+
+def _filter(name, value):
+    """A sampling filter's own check (loaded when used: see `_via`)."""
+    from keras_gen.kernels.filters import FILTERS
+
+    return FILTERS[name].check(name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,98 +182,192 @@ class GenerationConfig:
     """
 
     # Lengths.
-    max_new_tokens: int = option(checks.check_count, "length", "New tokens per row.")
+    max_new_tokens: int = option(
+        checks.check_count, "length", "New tokens per row.", flag=int
+    )
     max_length: int = option(
         checks.check_count, "length", "Prompt plus new tokens per row."
     )
-    min_new_tokens: int = option(
-        _int(0), "processors", "No end token before this many new tokens."
-    )
-    min_length: int = option(
-        _int(0), "processors", "No end token before this total length."
-    )
     max_time: float = option(
-        checks.check_positive, None, "Seconds; rows still running then end ('time')."
+        checks.check_positive,
+        None,
+        "Seconds; rows still running then end ('time').",
+        flag=float,
     )
     # Decoding mode and sampling.
     do_sample: bool = option(
-        checks.check_bool, "sampling", "Sample instead of decoding greedily."
+        checks.check_bool,
+        "sampling",
+        "Sample instead of decoding greedily.",
+        neutral=False,
     )
     temperature: float = option(
-        _number(0), "sampling", "Divides the logits; below 1e-5 is greedy."
+        _number(0),
+        "sampling",
+        "Divides the logits; below 1e-5 is greedy.",
+        flag=float,
+        field="temperature",
+        neutral=1.0,
     )
-    top_k: int = option(_int(0), "sampling", "Keep the k most likely tokens (0: all).")
+    top_k: int = option(
+        _filter,
+        "sampling",
+        "Keep the k most likely tokens (0: all).",
+        flag=int,
+        field="top_k",
+        filter=True,
+    )
     top_p: float = option(
-        checks.check_probability,
+        _filter,
         "sampling",
         "Keep the fewest tokens whose mass reaches p (1: all).",
+        flag=float,
+        field="top_p",
+        filter=True,
     )
     min_p: float = option(
-        checks.check_fraction,
+        _filter,
         "sampling",
         "Keep tokens >= min_p times the top one's probability (0: all).",
+        flag=float,
+        field="min_p",
+        filter=True,
     )
     typical_p: float = option(
-        checks.check_probability, "sampling", "Locally typical sampling mass (1: all)."
+        _filter,
+        "sampling",
+        "Locally typical sampling mass (1: all).",
+        flag=float,
+        field="typical_p",
+        filter=True,
     )
-    seed: int = option(_int(), None, "The same seed gives the same tokens.")
+    seed: int = option(
+        _int(), None, "The same seed gives the same tokens.", flag=int, field="seed"
+    )
     num_beams: int = option(
-        checks.check_count, "sampling", "Beam search with this many beams (1: off)."
+        checks.check_count,
+        "sampling",
+        "Beam search with this many beams (1: off).",
+        flag=int,
+        neutral=1,
     )
     length_penalty: float = option(
-        _number(-5, 5), "sampling", "Beam score: log-prob sum / length ** this."
+        _number(-5, 5),
+        "sampling",
+        "Beam score: log-prob sum / length ** this.",
+        flag=float,
+        neutral=1.0,
     )
     early_stopping: object = option(
-        _early_stopping, "sampling", "Beam search stop rule: True, False or 'never'."
+        _early_stopping,
+        "sampling",
+        "Beam search stop rule: True, False or 'never'.",
+        neutral=False,
     )
     num_return_sequences: int = option(
         checks.check_count,
         "sampling",
         "Sequences per prompt (beam search or sampling).",
+        neutral=1,
     )
     penalty_alpha: float = option(
-        checks.check_fraction, "sampling", "Contrastive search penalty (0: off)."
+        checks.check_fraction,
+        "sampling",
+        "Contrastive search penalty (0: off).",
+        flag=float,
+        neutral=0.0,
     )
-    # Logits processors.
+    # Logits processors, in the order they apply (vLLM's: bans, minimum
+    # lengths, biases, then the penalties; then transformers' n-gram ban and
+    # forced end token; the structured output last).
+    bad_words_ids: list = option(
+        checks.check_token_sequences,
+        "processors",
+        "Token sequences never to generate.",
+        field="bad_words_ids",
+        processor=("BadWords", "token_id_sequences"),
+        example=[[0]],
+    )
+    suppress_tokens: list = option(
+        checks.check_token_ids,
+        "processors",
+        "Tokens never to generate.",
+        processor=("SuppressTokens", "token_ids"),
+        example=[0],
+    )
+    min_new_tokens: int = option(
+        _int(0),
+        "processors",
+        "No end token before this many new tokens.",
+        flag=int,
+        field="min_tokens",
+        processor=("MinLength", "min_new_tokens"),
+        example=1,
+    )
+    min_length: int = option(
+        _int(0),
+        "processors",
+        "No end token before this total length.",
+        field="min_length",
+        processor=("MinLength", "min_length"),
+    )
+    logit_bias: dict = option(
+        _logit_bias,
+        "processors",
+        "Token id (or id tuple) -> bias; -inf bans.",
+        processor=("LogitBias", "bias"),
+        example={0: 0.0},
+    )
     repetition_penalty: float = option(
         _via("RepetitionPenalty"),
         "processors",
         "Divide seen tokens' logits by it (1: off).",
-    )
-    presence_penalty: float = option(
-        _via("PresencePenalty"),
-        "processors",
-        "Subtract from every generated token (0: off).",
+        flag=float,
+        field="repetition_penalty",
+        neutral=1.0,
+        processor=("RepetitionPenalty", "penalty"),
     )
     frequency_penalty: float = option(
         _via("FrequencyPenalty"),
         "processors",
         "Subtract per generated occurrence (0: off).",
+        flag=float,
+        field="frequency_penalty",
+        neutral=0.0,
+        processor=("FrequencyPenalty", "value"),
+    )
+    presence_penalty: float = option(
+        _via("PresencePenalty"),
+        "processors",
+        "Subtract from every generated token (0: off).",
+        flag=float,
+        field="presence_penalty",
+        neutral=0.0,
+        processor=("PresencePenalty", "value"),
     )
     no_repeat_ngram_size: int = option(
-        _int(0, MAX_NGRAM_SIZE),
+        _int(0, checks.MAX_NGRAM_SIZE),
         "processors",
         "Never repeat an n-gram of this size (0: off).",
-    )
-    bad_words_ids: list = option(
-        checks.check_token_sequences, "processors", "Token sequences never to generate."
-    )
-    suppress_tokens: list = option(
-        checks.check_token_ids, "processors", "Tokens never to generate."
-    )
-    logit_bias: dict = option(
-        _logit_bias, "processors", "Token id (or id tuple) -> bias; -inf bans."
+        flag=int,
+        field="no_repeat_ngram_size",
+        processor=("NoRepeatNGram", "n"),
+        example=1,
     )
     forced_eos_token_id: list = option(
         checks.check_token_ids,
         "processors",
         "End token forced at each row's last position.",
+        field="forced_eos_token_id",
+        processor=("ForcedEOS", "eos_id"),
+        example=[0],
     )
     response_format: dict = option(
         _response_format,
         "processors",
         "Structured output: a JSON schema, JSON object, regex or choice "
         "(OpenAI's or vLLM's form; a list: one per prompt).",
+        processor=("from_response_format", "value"),
     )
     # Stopping.
     eos_token_id: list = option(
@@ -252,9 +387,14 @@ class GenerationConfig:
     )
     # Per-step outputs.
     output_scores: bool = option(
-        checks.check_bool, None, "Per-step logits after processors and temperature."
+        checks.check_bool,
+        None,
+        "Per-step logits after processors and temperature.",
+        field="output_scores",
     )
-    output_logits: bool = option(checks.check_bool, None, "Per-step raw logits.")
+    output_logits: bool = option(
+        checks.check_bool, None, "Per-step raw logits.", field="output_logits"
+    )
     output_log_probs: bool = option(
         checks.check_bool, None, "Per-step log-prob of the chosen token."
     )
@@ -487,6 +627,9 @@ class GenerationConfig:
 
 
 OPTIONS = {f.name: f.metadata for f in dataclasses.fields(GenerationConfig)}
+# Options that, given without `do_sample`, mean sampling: the temperature
+# and the filters.
+SAMPLING_NUMBERS = ("temperature",) + tuple(n for n, m in OPTIONS.items() if m["filter"])
 GROUPS = {
     group: tuple(name for name, meta in OPTIONS.items() if meta["group"] == group)
     for group in ("length", "sampling", "processors")

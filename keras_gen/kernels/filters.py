@@ -6,11 +6,12 @@ values (`k`, `p`, ...) may be tensors, one for every row or a `(rows, 1)`
 column of each row's own: new values never change the program.
 """
 
-import functools
+import collections
 
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.utils import checks
 
 NEG_INF = float("-inf")
 
@@ -120,27 +121,51 @@ def typical_filter(logits, mass):
     return ops.where(keep, logits, NEG_INF)
 
 
-def filter_logits(logits, top_k=None, top_p=None, min_p=None, typical_p=None):
-    """Apply min-p, top-k, top-p and typical filters in vLLM's order.
+class Filter(collections.namedtuple("Filter", ("apply", "neutral", "check"))):
+    """A sampling filter: `apply(logits, value)`, the `neutral` value that
+    keeps every token, and `check(name, value)` for a value given."""
 
-    Each is skipped when `None`. Values may be tensors; their neutral
-    values (`top_k=0`, `top_p=1`, `min_p=0`, `typical_p=1`) keep every token,
-    so one program serves any mix, and a filter that no row needs is not
-    run (no sort when every row's `top_k` and `top_p` are neutral). Top-k
-    and top-p share one sort, and top-p measures mass over what min-p and
-    top-k kept.
+
+def _top_k_or_all(logits, k):
+    """Top-k where `k` 0 keeps every token."""
+    return top_k_filter(logits, ops.where(k > 0, k, ops.shape(logits)[-1]))
+
+
+# The filters a sampled decode may carry, in the order they apply (vLLM's):
+# each cuts from what the ones before it kept. A filter added here is an
+# option of `RandomSampler`; a `GenerationConfig` field of the same name
+# (`filter=True`) makes it an option of every entry point.
+FILTERS = {
+    "min_p": Filter(min_p_filter, 0.0, checks.check_fraction),
+    "top_k": Filter(_top_k_or_all, 0, lambda name, v: checks.check_int(name, v, low=0)),
+    "top_p": Filter(top_p_filter, 1.0, checks.check_probability),
+    "typical_p": Filter(typical_filter, 1.0, checks.check_probability),
+}
+
+
+def filter_logits(logits, **values):
+    """Apply the filters of `FILTERS` given in `values`, in its order.
+
+    Each is skipped when absent (or `None`). Values may be tensors; their
+    neutral values (`top_k=0`, `top_p=1`, `min_p=0`, `typical_p=1`) keep
+    every token, so one program serves any mix, and a filter that no row
+    needs is not run (no sort when every row's `top_k` and `top_p` are
+    neutral). Top-k and top-p share one sort.
     """
+    unknown = sorted(set(values) - set(FILTERS))
+    if unknown:
+        raise TypeError(f"Unknown filters {unknown}. Filters: {sorted(FILTERS)}")
     logits = ops.convert_to_tensor(logits, "float32")
-    if min_p is not None:
-        logits = _where_needed(ops.any(min_p > 0), min_p_filter, logits, min_p)
-    if top_k is not None or top_p is not None:
-        k = ops.cast(0 if top_k is None else top_k, "int32")
-        p = ops.cast(1.0 if top_p is None else top_p, "float32")
-        needed = ops.logical_or(ops.any(k > 0), ops.any(p < 1))
-        cut = functools.partial(_top_k_top_p, top_p=top_p is not None)
-        logits = _where_needed(needed, cut, logits, k, p)
-    if typical_p is not None:
-        logits = _where_needed(ops.any(typical_p < 1), typical_filter, logits, typical_p)
+    for name, (apply, neutral, _) in FILTERS.items():
+        value = values.get(name)
+        if value is None or (name == "top_k" and values.get("top_p") is not None):
+            continue  # (top-k then runs with top-p)
+        needed, operands = ops.any(value != neutral), (value,)
+        if name == "top_p" and values.get("top_k") is not None:
+            k = ops.cast(values["top_k"], "int32")
+            needed, operands = ops.logical_or(needed, ops.any(k > 0)), (value, k)
+            apply = _top_k_top_p
+        logits = _where_needed(needed, apply, logits, *operands)
     return logits
 
 
@@ -149,15 +174,13 @@ def _where_needed(needed, function, logits, *values):
     return backend.cond(needed, function, lambda logits, *_: logits, logits, *values)
 
 
-def _top_k_top_p(logits, k, p, top_p=True):
-    """Top-k (`k` 0 keeps all), then, with `top_p`, top-p over what it
-    kept: one sort."""
+def _top_k_top_p(logits, p, k):
+    """Top-k (`k` 0 keeps all), then top-p over what it kept: one sort."""
     ascending = ops.sort(logits, axis=-1)
     vocabulary_size = ops.shape(logits)[-1]
     threshold = _kth_largest(ascending, ops.where(k > 0, k, vocabulary_size))
-    if top_p:
-        ascending = ops.where(ascending >= threshold, ascending, NEG_INF)
-        threshold = ops.maximum(threshold, _nucleus_floor(ascending, p))
+    ascending = ops.where(ascending >= threshold, ascending, NEG_INF)
+    threshold = ops.maximum(threshold, _nucleus_floor(ascending, p))
     return ops.where(logits >= threshold, logits, NEG_INF)
 
 

@@ -5,7 +5,7 @@ from keras import ops
 from keras_gen import GenerationConfig
 from keras_gen import processors
 from keras_gen import samplers
-from keras_gen.sampling import options
+from keras_gen.generation import options
 
 
 def test_modes_pick_samplers():
@@ -26,6 +26,7 @@ def test_modes_pick_samplers():
         "top_k": 0,
         "top_p": 1.0,
         "min_p": 0.0,
+        "typical_p": 1.0,
     }
 
 

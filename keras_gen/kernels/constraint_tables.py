@@ -15,9 +15,9 @@ two, so another set of automata of similar size reuses the program.
 import numpy as np
 from keras import ops
 
-from keras_gen.sampling.automaton import WORD_BITS
-from keras_gen.sampling.automaton import words
-from keras_gen.sampling.filters import token_mask
+from keras_gen.kernels.automaton import WORD_BITS
+from keras_gen.kernels.automaton import words
+from keras_gen.kernels.filters import token_mask
 
 FREE = 0
 DEAD = 1
@@ -38,7 +38,7 @@ class ConstraintTables:
     """The automata of a batch, packed into padded arrays.
 
     Args:
-        automata: a list of `keras_gen.sampling.automaton.Automaton`s (each
+        automata: a list of `keras_gen.kernels.automaton.Automaton`s (each
             packed once, however many rows follow it).
         vocabulary_size: the model's vocabulary size.
         min_shapes: `None`, or the `arrays` shapes of earlier tables: these

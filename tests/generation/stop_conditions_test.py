@@ -2,7 +2,7 @@
 
 import pytest
 
-from keras_gen.models import stop_conditions
+from keras_gen.generation import stop_conditions
 
 
 class CharTokenizer:
@@ -61,7 +61,7 @@ def test_stop_string_matches_every_split(split):
     import numpy as np
     from keras import ops
 
-    from keras_gen.sampling import stopping
+    from keras_gen.kernels import stopping
 
     tables = {k: ops.convert_to_tensor(v) for k, v in stopping.string_tables(pieces, ["abc"]).items()}
     token_ids = ops.convert_to_tensor(np.asarray([row], "int32"))

@@ -9,50 +9,59 @@ bias becomes one processor, in vLLM's order.
 
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
-from keras_gen.generation_config import GROUPS
-from keras_gen.generation_config import GenerationConfig
+from keras_gen.generation.generation_config import GROUPS
+from keras_gen.generation.generation_config import OPTIONS
+from keras_gen.generation.generation_config import GenerationConfig
+from keras_gen.kernels.filters import FILTERS as FILTER_TABLE
 
+# The filters of a sampled decode, by option name, in the order they apply.
+FILTERS = tuple(name for name in FILTER_TABLE if OPTIONS[name]["filter"])
 # Sampling options at the values that change nothing.
 NEUTRAL = {
-    "do_sample": False,
-    "temperature": 1.0,
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "num_beams": 1,
-    "length_penalty": 1.0,
-    "early_stopping": False,
-    "num_return_sequences": 1,
-    "penalty_alpha": 0.0,
+    **{n: m["neutral"] for n, m in OPTIONS.items() if m["group"] == "sampling"},
+    **{name: FILTER_TABLE[name].neutral for name in FILTERS},
 }
-# The filters of a sampled decode, by option name.
-FILTERS = ("top_k", "top_p", "min_p", "typical_p")
-# The processor each processor option builds.
+# The processor each processor option builds (structured outputs of every
+# kind count as `response_format`'s), and the options of each, in order.
 PROCESSOR_CLASSES = {
-    "bad_words_ids": processors_lib.BadWords,
-    "suppress_tokens": processors_lib.SuppressTokens,
-    "min_length": processors_lib.MinLength,
-    "min_new_tokens": processors_lib.MinLength,
-    "logit_bias": processors_lib.LogitBias,
-    "repetition_penalty": processors_lib.RepetitionPenalty,
-    "frequency_penalty": processors_lib.FrequencyPenalty,
-    "presence_penalty": processors_lib.PresencePenalty,
-    "no_repeat_ngram_size": processors_lib.NoRepeatNGram,
-    "forced_eos_token_id": processors_lib.ForcedEOS,
-    "response_format": processors_lib.StructuredOutput,
+    name: getattr(processors_lib, meta["processor"][0])
+    for name, meta in OPTIONS.items()
+    if meta["processor"]
 }
+PROCESSOR_CLASSES["response_format"] = processors_lib.StructuredOutput
+_PROCESSOR_OPTIONS = {}
+for _name, _meta in OPTIONS.items():
+    if _meta["processor"]:
+        _PROCESSOR_OPTIONS.setdefault(_meta["processor"][0], []).append(_name)
 # Candidates per step of contrastive search when `top_k` does not say.
 CONTRASTIVE_TOP_K = 4
+
+
+def call_options(generation_config, options):
+    """One call's options: its `generation_config` (a config or a dict),
+    then its keywords (`None` values unset). `stop_token_ids=None` means
+    never stop early, as in keras-hub."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"Unknown keyword arguments {unknown}. Generation options are the "
+            f"fields of `keras_gen.GenerationConfig`: {sorted(OPTIONS)}"
+        )
+    if "stop_token_ids" in options and options["stop_token_ids"] is None:
+        options = {**options, "stop_token_ids": []}
+    call = GenerationConfig.from_dict(
+        GenerationConfig() if generation_config is None else generation_config
+    )
+    return call.merge({k: v for k, v in options.items() if v is not None})
 
 
 def build_sampler(config, complete=False):
     """The sampler `config`'s decoding options ask for.
 
-    With `complete`, a sampled decode carries every filter but typical
-    (neutral when not asked for), so that requests with any mix of
-    temperature, top-k, top-p and min-p share one compiled program (the
-    server's case); otherwise only the filters that cut something.
+    With `complete`, a sampled decode carries every filter (neutral when
+    not asked for, and then not run), so that requests with any mix of
+    filters share one compiled program; otherwise only the filters that cut
+    something.
     """
     mode = config.mode
     temperature = 1.0 if config.temperature is None else config.temperature
@@ -77,48 +86,39 @@ def build_sampler(config, complete=False):
         value = getattr(config, name)
         if value is not None and value != NEUTRAL[name]:
             filters[name] = value
-        elif complete and name != "typical_p":
+        elif complete:
             filters[name] = NEUTRAL[name]
     return samplers.RandomSampler(temperature=temperature, **filters)
 
 
 def build_processors(config, complete=False):
-    """The logits processors `config` asks for, in vLLM's order: bans,
-    minimum lengths, biases, then repetition, frequency and presence
-    penalties (and transformers' n-gram ban and forced end token).
+    """The logits processors `config` asks for, in the order of the options'
+    declaration (vLLM's: bans, minimum lengths, biases, then repetition,
+    frequency and presence penalties; then transformers' n-gram ban and
+    forced end token; the structured output last). An option at its neutral
+    value (or `0`, or empty) adds nothing.
 
-    With `complete`, the three penalties are always there (neutral when not
-    asked for), so that requests with any penalties share one program.
+    With `complete`, the options with a neutral value (the penalties) are
+    always there, neutral when not asked for, so that requests with any
+    penalties share one program.
     """
     chain = []
-    if config.bad_words_ids:
-        chain.append(processors_lib.BadWords(config.bad_words_ids))
-    if config.suppress_tokens:
-        chain.append(processors_lib.SuppressTokens(config.suppress_tokens))
-    if config.min_length or config.min_new_tokens:
-        chain.append(
-            processors_lib.MinLength(
-                min_length=config.min_length or None,
-                min_new_tokens=config.min_new_tokens or None,
-            )
-        )
-    if config.logit_bias:
-        chain.append(processors_lib.LogitBias(config.logit_bias))
-    for name, cls, neutral in (
-        ("repetition_penalty", processors_lib.RepetitionPenalty, 1.0),
-        ("frequency_penalty", processors_lib.FrequencyPenalty, 0.0),
-        ("presence_penalty", processors_lib.PresencePenalty, 0.0),
-    ):
-        value = getattr(config, name)
-        if complete or (value is not None and value != neutral):
-            chain.append(cls(neutral if value is None else value))
-    if config.no_repeat_ngram_size:
-        chain.append(processors_lib.NoRepeatNGram(config.no_repeat_ngram_size))
-    if config.forced_eos_token_id:
-        chain.append(processors_lib.ForcedEOS(config.forced_eos_token_id))
-    constraint = processors_lib.from_response_format(config.response_format)
-    if constraint is not None:
-        chain.append(constraint)
+    for function, names in _PROCESSOR_OPTIONS.items():
+        arguments = {}
+        for name in names:
+            meta, value = OPTIONS[name], getattr(config, name)
+            neutral = meta["neutral"]
+            if neutral is None:  # unset, 0 or empty: off
+                if not value:
+                    continue
+            elif value is None or value == neutral:
+                if not complete:
+                    continue
+                value = neutral
+            arguments[meta["processor"][1]] = value
+        processor = getattr(processors_lib, function)(**arguments) if arguments else None
+        if processor is not None:
+            chain.append(processor)
     return chain
 
 

@@ -6,13 +6,13 @@ from keras import ops
 from outlines_core import Index
 from outlines_core import Vocabulary
 
-from keras_gen.sampling import constraint_tables
-from keras_gen.sampling.automaton import Automaton
-from keras_gen.sampling.constraint_tables import DEAD
-from keras_gen.sampling.constraint_tables import FREE
-from keras_gen.sampling.constraint_tables import ConstraintTables
-from keras_gen.sampling.constraint_tables import allowed_tokens
-from keras_gen.sampling.constraint_tables import next_states
+from keras_gen.kernels import constraint_tables
+from keras_gen.kernels.automaton import Automaton
+from keras_gen.kernels.constraint_tables import DEAD
+from keras_gen.kernels.constraint_tables import FREE
+from keras_gen.kernels.constraint_tables import ConstraintTables
+from keras_gen.kernels.constraint_tables import allowed_tokens
+from keras_gen.kernels.constraint_tables import next_states
 from tests.text_models import tiny_tokenizer
 
 PATTERNS = [r"\{\"a\": [0-9]{1,3}\}", r"(yes|no|maybe)", r"[a-z ]{2,9}\."]

@@ -7,10 +7,10 @@ import jsonschema
 import numpy as np
 import pytest
 
-from keras_gen.sampling.json_schema import MAX_FRACTION_DIGITS
-from keras_gen.sampling.json_schema import integer_regex
-from keras_gen.sampling.json_schema import number_regex
-from keras_gen.sampling.json_schema import schema_regex
+from keras_gen.kernels.json_schema import MAX_FRACTION_DIGITS
+from keras_gen.kernels.json_schema import integer_regex
+from keras_gen.kernels.json_schema import number_regex
+from keras_gen.kernels.json_schema import schema_regex
 
 
 def test_integer_ranges_match_exactly_their_integers():

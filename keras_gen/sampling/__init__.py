@@ -1,1 +1,0 @@
-"""Logit filters, stop matching and the options -> sampler mapping."""

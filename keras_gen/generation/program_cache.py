@@ -46,6 +46,10 @@ class ProgramCache:
     def __len__(self):
         return len(self._programs)
 
+    def keys(self):
+        with self._lock:
+            return list(self._programs)
+
     def items(self):
         with self._lock:
             return list(self._programs.items())

@@ -6,9 +6,9 @@ from keras import ops
 import keras_gen
 from keras_gen import processors
 from keras_gen import samplers
+from keras_gen.generation import generate_loop
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
-from keras_gen.models import causal_lm as causal_lm_lib
 from tests.conftest import tiny_gpt2_backbone
 from tests.models.gpt2 import numpy_gpt2
 
@@ -586,15 +586,16 @@ def test_a_long_cache_decodes_in_growing_spans_with_the_same_results(
         max_length=600, stop_token_ids=None, seed=3, sampler=sampler,
         return_dict=True, **{f"output_{name}": True for name in outputs},
     )
-    spans = causal_lm_lib.attention_spans(1024, 128, lm.sampler)
+    greedy = samplers.GreedySampler()
+    spans = generate_loop.attention_spans(1024, 128, greedy)
     assert spans == (() if keras.config.backend() == "torch" else (256, 512, 1024))
     if spans:  # a prompt beyond a span starts at the next
-        assert causal_lm_lib.attention_spans(1024, 512, lm.sampler) == (512, 1024)
-    assert causal_lm_lib.attention_spans(256, 32, lm.sampler) == ()
+        assert generate_loop.attention_spans(1024, 512, greedy) == (512, 1024)
+    assert generate_loop.attention_spans(256, 32, greedy) == ()
     grown = lm.generate(prompts, **options)
     if spans:  # every span's loop in the one program
         assert traces() == 1
-    monkeypatch.setattr(causal_lm_lib, "MIN_ATTENTION_SPAN", 4096)
+    monkeypatch.setattr(generate_loop, "MIN_ATTENTION_SPAN", 4096)
     lm.clear_programs()
     whole = lm.generate(prompts, **options)
     assert grown.token_ids == whole.token_ids

@@ -17,9 +17,6 @@ from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 # `generate` on JAX and TensorFlow decodes positions below 256 against a
 # cache of 256, then of 512, ... (see `attention_spans`).
 MIN_ATTENTION_SPAN = 256
-# Per-row counts a speculative loop keeps: `lengths` tells the host how far
-# each row got; the others are its acceptance counts.
-ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
 
 
 def attention_spans(cache_length, prefill_length, sampler):
@@ -45,26 +42,25 @@ def attention_spans(cache_length, prefill_length, sampler):
     return (*spans, cache_length) if spans else ()
 
 
-def program_outputs(loop, finished):
-    """What the host reads from a loop state: the per-step outputs,
-    (speculative decoding) per-row counts, and the sampler's finished rows:
-    a tensor of tokens, or a dict of them and, for a sampler that returns
-    other rows than it runs (beam search), `sequence_scores` and the
-    returned rows' per-step outputs, which win over the loop's."""
+def program_outputs(sampler, loop, finished):
+    """What the host reads from a loop state: the per-step outputs, the
+    sampler's per-row counts (speculative decoding) and its `finished`
+    rows: a tensor of tokens, or a dict of them and, for a sampler that
+    returns other rows than it runs (beam search), `sequence_scores` and
+    the returned rows' per-step outputs, which win over the loop's."""
     if not isinstance(finished, dict):
         finished = {"token_ids": finished}
-    counts = {name: loop[name] for name in ROW_COUNTS if name in loop}
-    return {**loop["outputs"], **counts, **finished}
+    return {**loop.outputs, **sampler.row_counts(loop), **finished}
 
 
 def bind(sampler, processors, loop):
     """The copy of `sampler` (and `processors`) that a program traces: it
     reads the numbers the program received, one per row of `loop`."""
     return sampler.bound(
-        loop["parameters"],
+        loop.parameters,
         processors,
-        loop["processor_parameters"],
-        rows=ops.shape(loop["token_ids"])[0],
+        loop.processor_parameters,
+        rows=ops.shape(loop.token_ids)[0],
     )
 
 
@@ -112,11 +108,9 @@ def start(lm, inputs, prefill_length, outputs, processors, sampler, attention_sp
         },
         stop_sequences=inputs.get("stop_sequences"),
     )
-    loop = {
-        **loop,
-        "parameters": inputs["sampler"],
-        "processor_parameters": inputs.get("processors", []),
-    }
+    loop = loop._replace(
+        parameters=inputs["sampler"], processor_parameters=inputs.get("processors", [])
+    )
     loop = bind(sampler, processors, loop).start_processors(loop)
     loop = sampler.prefill(loop, prompt, prompt_mask)
     if sampler.first_step_from_prompt:
@@ -133,7 +127,7 @@ def first_step(lm, loop, hidden_states, processors, sampler):
     the prompt's length, not `max_length`. A loop that runs at most
     once, so that nothing is generated when every row is at its end.
     """
-    first = loop["index"]
+    first = loop.index
 
     def prompt_next(prompt, state, index):
         last = backend.slice(hidden_states, index - 1, 1, axis=1)[:, 0]
@@ -141,7 +135,7 @@ def first_step(lm, loop, hidden_states, processors, sampler):
 
     sampler = bind(sampler, processors, loop)
     return backend.while_loop(
-        lambda loop: ops.logical_and(sampler.cond(loop), loop["index"] == first),
+        lambda loop: ops.logical_and(sampler.cond(loop), loop.index == first),
         lambda loop: sampler.step(prompt_next, loop),
         loop,
         # On torch: one step is not worth a compiled graph.
@@ -150,7 +144,7 @@ def first_step(lm, loop, hidden_states, processors, sampler):
 
 
 def run(lm, loop, processors, sampler, attention_spans=()):
-    """Run the sampler loop until it ends or reaches `loop["until"]`.
+    """Run the sampler loop until it ends or reaches `loop.until`.
 
     With `attention_spans`, one loop per span in turn, each over a cache
     grown to that span, up to the positions it holds.
@@ -158,16 +152,15 @@ def run(lm, loop, processors, sampler, attention_spans=()):
     sampler = bind(sampler, processors, loop)
     if not attention_spans:
         return sampler.run(lm.next, loop)
-    until = loop["until"]
+    until = loop.until
     for span in attention_spans:
         # A step at `index` writes and attends from `index - 1`.
-        loop = {
-            **loop,
-            "state": lm.backbone.grow_state(loop["state"], span),
-            "until": ops.minimum(until, span + 1),
-        }
+        loop = loop._replace(
+            state=lm.backbone.grow_state(loop.state, span),
+            until=ops.minimum(until, span + 1),
+        )
         loop = sampler.run(lm.next, loop)
-    return {**loop, "until": until}
+    return loop._replace(until=until)
 
 
 def generate_step(lm, inputs, prefill_length, outputs, processors, sampler):
@@ -179,7 +172,7 @@ def generate_step(lm, inputs, prefill_length, outputs, processors, sampler):
     first_span = spans[0] if spans else None
     loop = start(lm, inputs, prefill_length, outputs, processors, sampler, first_span)
     loop = run(lm, loop, processors, sampler, spans)
-    return program_outputs(loop, sampler.finish(loop))
+    return program_outputs(sampler, loop, sampler.finish(loop))
 
 
 def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
@@ -198,14 +191,14 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
             advanced = sampler.first_step_from_prompt
             while not request.done:
                 if not advanced:
-                    index = int(ops.convert_to_numpy(loop["index"]))
+                    index = int(ops.convert_to_numpy(loop.index))
                     until = min(index + chunk_size, request.cache_length)
-                    loop["until"] = ops.convert_to_tensor(until, "int32")
-                    loop = advance(loop)
+                    loop = advance(loop._replace(until=ops.convert_to_tensor(until, "int32")))
                 advanced = False
                 time_is_up = max_time is not None and time.monotonic() - started >= max_time
                 view, limits = sampler.stream_view(loop)
-                chunk = request.read(program_outputs(loop, view), limits, time_is_up)
+                outputs = program_outputs(sampler, loop, view)
+                chunk = request.read(outputs, limits, time_is_up)
                 if streamer is not None:
                     streamer.put(chunk)
                 yield chunk

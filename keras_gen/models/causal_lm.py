@@ -418,7 +418,7 @@ class CausalLM(keras.Model):
 
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
         the loop state; `advance(loop)` runs the same sampler step up to
-        `loop["until"]`. The loop state is donated where the backend can.
+        `loop.until`. The loop state is donated where the backend can.
         Found by structure, like `make_generate_function`.
         """
         sampler, processors = self._defaults(sampler, processors)

@@ -54,7 +54,7 @@ class ForcedEOS(LogitsProcessor):
         return self.eos_id
 
     def process(self, logits, loop):
-        end = loop["end"] if self.max_length is None else None
+        end = loop.end if self.max_length is None else None
         return self(logits, *self.inputs(logits, loop), end=end)
 
     def __call__(self, logits, prompt, index, mask, end=None):

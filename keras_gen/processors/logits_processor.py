@@ -130,7 +130,7 @@ class LogitsProcessor(Tunable):
         return state
 
     def process(self, logits, loop):
-        """Apply to `logits` in the sampler loop; `loop` is its state dict.
+        """Apply to `logits` in the sampler loop; `loop` is its `LoopState`.
 
         Processors that need more of the loop (each row's `end`, the call's
         `stop_token_ids`) override this.
@@ -140,8 +140,8 @@ class LogitsProcessor(Tunable):
     def inputs(self, logits, loop):
         """`(prompt, index, mask)` of the call arguments, from `loop`:
         `index` as a `(batch, 1)` column."""
-        index = rows_lib.column(loop["index"], ops.shape(logits)[0])
-        return loop["token_ids"], index, loop["mask"]
+        index = rows_lib.column(loop.index, ops.shape(logits)[0])
+        return loop.token_ids, index, loop.mask
 
     def get_token_ids(self):
         """Token ids this processor refers to; `generate` checks them."""

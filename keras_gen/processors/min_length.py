@@ -71,7 +71,7 @@ class MinLength(LogitsProcessor):
 
     def process(self, logits, loop):
         return self(
-            logits, *self.inputs(logits, loop), stop_token_ids=loop["stop_token_ids"]
+            logits, *self.inputs(logits, loop), stop_token_ids=loop.stop_token_ids
         )
 
     def __call__(self, logits, prompt, index, mask, stop_token_ids=None):

@@ -162,8 +162,8 @@ class StructuredOutput(LogitsProcessor):
         return allowed_tokens(
             self.allowed,
             self.accepting,
-            loop[self.state_key],
-            loop["stop_token_ids"],
+            loop.processor_states[self.state_key],
+            loop.stop_token_ids,
             vocabulary_size,
         )
 

@@ -1,5 +1,7 @@
 """Beam search."""
 
+import collections
+
 import keras
 import numpy as np
 from keras import ops
@@ -22,6 +24,17 @@ def where_rows(flags, x, y):
     trailing shape."""
     flags = ops.convert_to_tensor(flags)
     return ops.where(ops.reshape(flags, (-1,) + (1,) * (ops.ndim(x) - 1)), x, y)
+
+
+class BeamState(
+    collections.namedtuple(
+        "BeamState",
+        ("scores", "finished_ids", "finished_scores", "finished", "finished_outputs"),
+    )
+):
+    """Beam search's own loop state, per beam row: the running beams'
+    scores, and each row's best finished hypotheses (token ids, scores,
+    whether the slot holds one, per-step outputs)."""
 
 
 class BeamSampler(Sampler):
@@ -141,19 +154,21 @@ class BeamSampler(Sampler):
             outputs=outputs, **kwargs,
         )
         first = ops.cast(ops.arange(num_beams) > 0, "float32") * NEG
-        return {
-            **loop,
-            "beam_scores": ops.tile(first, (batch_beams // num_beams,)),
-            "beam_finished_ids": loop["token_ids"],
-            "beam_finished_scores": ops.full((batch_beams,), NEG, "float32"),
-            "beam_finished": ops.zeros((batch_beams,), "bool"),
-            "beam_finished_outputs": dict(loop["outputs"]),
-        }
+        return loop._replace(
+            sampler_state=BeamState(
+                scores=ops.tile(first, (batch_beams // num_beams,)),
+                finished_ids=loop.token_ids,
+                finished_scores=ops.full((batch_beams,), NEG, "float32"),
+                finished=ops.zeros((batch_beams,), "bool"),
+                finished_outputs=dict(loop.outputs),
+            )
+        )
 
     def step(self, next, loop):
         """Extend every live beam, keep the best, record finished ones."""
-        index, num_beams = loop["index"], self.num_beams
-        logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
+        index, num_beams = loop.index, self.num_beams
+        beam = loop.sampler_state
+        logits, hidden_states, state = next(loop.token_ids, loop.state, index)
         logits = ops.cast(logits, "float32")
         scores = self.process_logits(logits, loop) / self.temperature
         log_probs = ops.log_softmax(scores, axis=-1)
@@ -167,19 +182,19 @@ class BeamSampler(Sampler):
             return ops.reshape(x, (batch, num_beams))[:, 0]
 
         def is_stop(tokens):
-            return ops.any(tokens[..., None] == loop["stop_token_ids"], axis=-1)
+            return ops.any(tokens[..., None] == loop.stop_token_ids, axis=-1)
 
-        prompt_length = per_row(ops.sum(ops.cast(loop["mask"], "int32"), axis=1))
-        end = per_row(loop["end"])
+        prompt_length = per_row(ops.sum(ops.cast(loop.mask, "int32"), axis=1))
+        end = per_row(loop.end)
         # A row inside its prompt, finished or at its end keeps its beams.
         active = ops.logical_and(
             ops.logical_and(index >= prompt_length, index < end),
-            ops.logical_not(per_row(loop["done"])),
+            ops.logical_not(per_row(loop.done)),
         )
         last = index + 1 >= end
         generated = ops.cast(ops.maximum(index + 1 - prompt_length, 1), "float32")
         # (batch, num_beams * vocab): summed log-probs of every continuation.
-        totals = ops.reshape(log_probs + loop["beam_scores"][:, None], (batch, -1))
+        totals = ops.reshape(log_probs + beam.scores[:, None], (batch, -1))
         tokens = ops.arange(num_beams * vocabulary_size, dtype="int32")
         ends = ops.logical_or(is_stop(tokens % vocabulary_size)[None], last[:, None])
 
@@ -205,29 +220,28 @@ class BeamSampler(Sampler):
         indices = ops.cast(indices, "int32")
         keep = ops.arange(num_beams, dtype="int32")[None, :]
         parents = ops.where(active[:, None], indices // vocabulary_size, keep)
-        previous = ops.reshape(loop["beam_scores"], (batch, num_beams))
+        previous = ops.reshape(loop.sampler_state.scores, (batch, num_beams))
         scores = ops.where(active[:, None], scores, previous)
         beams = self._flat(parents, num_beams)
         state = keras.tree.map_structure(lambda x: ops.take(x, beams, 0), state)
-        loop = {
-            **loop,
-            **{
+        loop = loop._replace(
+            processor_states={
                 key: ops.take(value, beams, axis=0)
-                for key, value in self.processor_states(loop).items()
+                for key, value in loop.processor_states.items()
             },
-            "token_ids": ops.take(loop["token_ids"], beams, axis=0),
-            "beam_scores": ops.reshape(scores, (-1,)),
-            "outputs": self._continue(
-                loop["outputs"], beams, self._chosen(log_probs, indices), index
+            token_ids=ops.take(loop.token_ids, beams, axis=0),
+            sampler_state=loop.sampler_state._replace(scores=ops.reshape(scores, (-1,))),
+            outputs=self._continue(
+                loop.outputs, beams, self._chosen(log_probs, indices), index
             ),
-        }
+        )
         tokens = ops.reshape(indices % vocabulary_size, (-1,))
         loop = self.append(loop, tokens, state)
         # Running beams hold no stop token: a row ends as a whole, here.
         stop = self._row_done(loop, scores[:, 0], generated, prompt_length, end)
         stop = ops.logical_and(active, ops.logical_or(last, stop))
-        done = ops.logical_or(per_row(loop["done"]), stop)
-        return {**loop, "done": ops.repeat(done, num_beams, axis=0)}
+        done = ops.logical_or(per_row(loop.done), stop)
+        return loop._replace(done=ops.repeat(done, num_beams, axis=0))
 
     def _record_beams(self, loop, log_probs, **values):
         """Write this step's per-step values of every beam at `index`.
@@ -235,7 +249,7 @@ class BeamSampler(Sampler):
         All but `log_probs`: the log-prob of the chosen token depends on
         the continuation, and `_continue` writes it.
         """
-        outputs = loop["outputs"]
+        outputs = loop.outputs
         if "top_log_probs" in outputs:
             count = ops.shape(outputs["top_log_probs"])[-1]
             values["top_log_probs"], values["top_token_ids"] = ops.top_k(
@@ -248,13 +262,13 @@ class BeamSampler(Sampler):
                 else backend.update_slice(
                     buffer,
                     ops.cast(values[name], buffer.dtype)[:, None],
-                    loop["index"],
+                    loop.index,
                     1,
                 )
             )
             for name, buffer in outputs.items()
         }
-        return {**loop, "outputs": outputs}
+        return loop._replace(outputs=outputs)
 
     def _chosen(self, log_probs, indices):
         """`(batch * num_beams,)` log-probs of the continuations `indices`,
@@ -279,10 +293,11 @@ class BeamSampler(Sampler):
         num_beams = self.num_beams
         batch = ops.shape(scores)[0]
         parents = self._flat(parents, num_beams)
-        candidates = ops.take(loop["token_ids"], parents, 0)
+        candidates = ops.take(loop.token_ids, parents, 0)
         candidates = backend.update_slice(
-            candidates, ops.reshape(tokens, (-1, 1)), loop["index"], axis=1
+            candidates, ops.reshape(tokens, (-1, 1)), loop.index, axis=1
         )
+        beam = loop.sampler_state
         new_scores = ops.reshape(ops.where(accept, scores, NEG), (-1,))
 
         def merge(finished, new):  # (batch * 2 * num_beams, ...)
@@ -293,7 +308,7 @@ class BeamSampler(Sampler):
             return ops.reshape(merged, (-1,) + shape[2:])
 
         kept_scores, kept = ops.top_k(
-            ops.reshape(merge(loop["beam_finished_scores"], new_scores), (batch, -1)),
+            ops.reshape(merge(beam.finished_scores, new_scores), (batch, -1)),
             num_beams,
         )
         kept = self._flat(kept, 2 * num_beams)
@@ -301,22 +316,23 @@ class BeamSampler(Sampler):
         def keep(finished, new):
             return ops.take(merge(finished, new), kept, 0)
 
-        new_outputs = self._continue(loop["outputs"], parents, log_probs, loop["index"])
-        return {
-            **loop,
-            "beam_finished_ids": keep(loop["beam_finished_ids"], candidates),
-            "beam_finished_scores": ops.reshape(kept_scores, (-1,)),
-            "beam_finished": keep(loop["beam_finished"], ops.reshape(accept, (-1,))),
-            "beam_finished_outputs": {
+        new_outputs = self._continue(loop.outputs, parents, log_probs, loop.index)
+        beam = beam._replace(
+            finished_ids=keep(beam.finished_ids, candidates),
+            finished_scores=ops.reshape(kept_scores, (-1,)),
+            finished=keep(beam.finished, ops.reshape(accept, (-1,))),
+            finished_outputs={
                 name: keep(buffer, new_outputs[name])
-                for name, buffer in loop["beam_finished_outputs"].items()
+                for name, buffer in beam.finished_outputs.items()
             },
-        }
+        )
+        return loop._replace(sampler_state=beam)
 
     def _row_done(self, loop, best_running, generated, prompt_length, end):
         """`(batch,)`: rows whose hypotheses can no longer change."""
-        finished = ops.reshape(loop["beam_finished"], (-1, self.num_beams))
-        scores = ops.reshape(loop["beam_finished_scores"], (-1, self.num_beams))
+        beam = loop.sampler_state
+        finished = ops.reshape(beam.finished, (-1, self.num_beams))
+        scores = ops.reshape(beam.finished_scores, (-1, self.num_beams))
         never = ops.logical_and(
             self.early_stopping == EARLY_STOPPING["never"], self.length_penalty > 0
         )
@@ -340,18 +356,18 @@ class BeamSampler(Sampler):
             x = ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x))[1:])[:, :n]
             return ops.reshape(x, (-1,) + tuple(ops.shape(x))[2:])
 
-        finished = best(loop["beam_finished"])
+        beam = loop.sampler_state
+        finished = best(beam.finished)
 
         def pick(hypotheses, beams):
             return where_rows(finished, best(hypotheses), best(beams))
 
-        hypotheses = loop["beam_finished_outputs"]
         return {
-            "token_ids": pick(loop["beam_finished_ids"], loop["token_ids"]),
-            "sequence_scores": pick(loop["beam_finished_scores"], loop["beam_scores"]),
+            "token_ids": pick(beam.finished_ids, loop.token_ids),
+            "sequence_scores": pick(beam.finished_scores, beam.scores),
             **{
-                name: pick(hypotheses[name], buffer)
-                for name, buffer in loop["outputs"].items()
+                name: pick(beam.finished_outputs[name], buffer)
+                for name, buffer in loop.outputs.items()
             },
         }
 
@@ -366,15 +382,16 @@ class BeamSampler(Sampler):
         hypothesis, and `sequence_scores` (`NaN` for rows still searching).
         """
         num_beams, n = self.num_beams, self.num_return_sequences
-        index = int(ops.convert_to_numpy(loop["index"]))
+        index = int(ops.convert_to_numpy(loop.index))
+        beam = loop.sampler_state
 
-        def rows(name):  # (batch * num_beams, ...) -> (batch, num_beams, ...)
-            x = np.asarray(ops.convert_to_numpy(loop[name]))
+        def rows(x):  # (batch * num_beams, ...) -> (batch, num_beams, ...)
+            x = np.asarray(ops.convert_to_numpy(x))
             return x.reshape((-1, num_beams) + x.shape[1:])
 
-        beams, finished_ids = rows("token_ids"), rows("beam_finished_ids")
-        live, finished = rows("beam_scores") > NEG / 2, rows("beam_finished")
-        done = rows("done").all(1) | (rows("end")[:, 0] <= index)
+        beams, finished_ids = rows(loop.token_ids), rows(beam.finished_ids)
+        live, finished = rows(beam.scores) > NEG / 2, rows(beam.finished)
+        done = rows(loop.done).all(1) | (rows(loop.end)[:, 0] <= index)
         limits = []
         for b in range(len(beams)):
             candidates = np.concatenate([beams[b][live[b]], finished_ids[b][finished[b]]])
@@ -395,17 +412,15 @@ class BeamSampler(Sampler):
             )
             return where_rows(use_final, final_rows, searching)
 
-        hypotheses = loop["beam_finished_outputs"]
+        hypotheses = beam.finished_outputs
         view = {
-            "token_ids": pick(
-                final["token_ids"], loop["token_ids"], loop["beam_finished_ids"]
-            ),
+            "token_ids": pick(final["token_ids"], loop.token_ids, beam.finished_ids),
             "sequence_scores": np.where(
                 use_final, ops.convert_to_numpy(final["sequence_scores"]), np.nan
             ),
             **{
                 name: pick(final[name], buffer, hypotheses[name])
-                for name, buffer in loop["outputs"].items()
+                for name, buffer in loop.outputs.items()
             },
         }
         return view, limits

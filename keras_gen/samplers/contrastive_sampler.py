@@ -64,8 +64,8 @@ class ContrastiveSampler(Sampler):
         seed=None,
         **kwargs,
     ):
-        """The base loop state plus `"context_hidden_states"`,
-        `(batch, max_length, hidden_dim)`: the prompt's, padded."""
+        """The base loop state; its `sampler_state` is the context's hidden
+        states, `(batch, max_length, hidden_dim)`: the prompt's, padded."""
         if hidden_states is None:
             raise ValueError(
                 "`ContrastiveSampler` compares candidates with the prompt's "
@@ -75,17 +75,17 @@ class ContrastiveSampler(Sampler):
         loop = super().start(
             prompt, state, index, mask, stop_token_ids, None, end, seed, **kwargs
         )
-        padding = ops.shape(loop["token_ids"])[1] - ops.shape(hidden_states)[1]
+        padding = ops.shape(loop.token_ids)[1] - ops.shape(hidden_states)[1]
         context = ops.pad(hidden_states, [[0, 0], [0, padding], [0, 0]])
-        return {**loop, "context_hidden_states": context}
+        return loop._replace(sampler_state=context)
 
     def step(self, next, loop):
         """Score the top `k` tokens of every row and append the best."""
-        index, k = loop["index"], self.k
-        token_ids = loop["token_ids"]
+        index, k = loop.index, self.k
+        token_ids = loop.token_ids
         # Runs the token at `index - 1`: its hidden state joins the context.
-        logits, hidden_states, state = next(token_ids, loop["state"], index)
-        context = loop["context_hidden_states"]
+        logits, hidden_states, state = next(token_ids, loop.state, index)
+        context = loop.sampler_state
         context = backend.update_slice(
             context, ops.cast(hidden_states, context.dtype)[:, None], index - 1, 1
         )
@@ -126,7 +126,7 @@ class ContrastiveSampler(Sampler):
         ranking = ops.where(probabilities > 0, ranking, float("-inf"))
         best = ops.argmax(ranking, axis=-1)[:, None]
         token = ops.take_along_axis(candidates, ops.cast(best, "int32"), axis=1)[:, 0]
-        loop = {**loop, "context_hidden_states": context}
+        loop = loop._replace(sampler_state=context)
         loop = self.record(
             loop, token, logits=logits, scores=scores, hidden_states=hidden_states
         )

@@ -5,6 +5,7 @@ from keras import ops
 from keras_gen import backend
 from keras_gen.kernels import rows as rows_lib
 from keras_gen.kernels import stopping
+from keras_gen.samplers.loop_state import LoopState
 from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
 
@@ -163,7 +164,7 @@ class Sampler(Tunable):
         outputs=None,
         stop_sequences=None,
     ):
-        """The loop state before the first step, a dict of tensors.
+        """The `LoopState` before the first step.
 
         `end` is where each row stops at the latest: a scalar or `(batch,)`
         int tensor, by default the width of `prompt`. `seed` is a `(2,)`
@@ -184,29 +185,29 @@ class Sampler(Tunable):
             ops.convert_to_tensor(length if end is None else end, "int32"),
             (batch,),
         )
-        return {
-            "token_ids": prompt,
-            "mask": ops.convert_to_tensor(mask, "bool"),
+        if stop_sequences is not None:
+            stop_sequences = {
+                name: ops.convert_to_tensor(value) for name, value in stop_sequences.items()
+            }
+        return LoopState(
+            token_ids=prompt,
+            mask=ops.convert_to_tensor(mask, "bool"),
             # An empty tuple, not None: every loop carries a nested structure.
-            "state": () if state is None else state,
-            "index": index,
-            "end": end,
+            state=() if state is None else state,
+            index=index,
+            end=end,
             # A stream runs the loop in chunks, up to `until` at a time.
-            "until": ops.max(end),
-            "done": ops.zeros((batch,), dtype="bool"),
-            "stop_token_ids": ops.convert_to_tensor(
+            until=ops.max(end),
+            done=ops.zeros((batch,), dtype="bool"),
+            stop_token_ids=ops.convert_to_tensor(
                 [-1] if stop_token_ids is None else stop_token_ids, "int32"
             ),
             # One key per row (see `row_seeds`).
-            "seed": row_seeds([0, 0] if seed is None else seed, batch),
-            "outputs": outputs or {},
-            **({} if stop_sequences is None else {
-                "stop_sequences": {
-                    name: ops.convert_to_tensor(value)
-                    for name, value in stop_sequences.items()
-                }
-            }),
-        }
+            seed=row_seeds([0, 0] if seed is None else seed, batch),
+            outputs=outputs or {},
+            stop_sequences=() if stop_sequences is None else stop_sequences,
+            processor_states={},
+        )
 
     def prefill(self, loop, prompt, mask):
         """`loop` with any state the sampler seeds from the `(batch,
@@ -216,18 +217,18 @@ class Sampler(Tunable):
     def cond(self, loop):
         """Keep going while a row is unfinished and short of its `end` and
         of `until`."""
-        index = loop["index"]
-        running = ops.logical_and(ops.logical_not(loop["done"]), index < loop["end"])
-        return ops.any(ops.logical_and(running, index < loop["until"]))
+        index = loop.index
+        running = ops.logical_and(ops.logical_not(loop.done), index < loop.end)
+        return ops.any(ops.logical_and(running, index < loop.until))
 
     def step(self, next, loop):
-        """Generate one token per row at `loop["index"]` (a scalar, or one
+        """Generate one token per row at `loop.index` (a scalar, or one
         position per row)."""
-        index = loop["index"]
-        logits, hidden_states, state = next(loop["token_ids"], loop["state"], index)
+        index = loop.index
+        logits, hidden_states, state = next(loop.token_ids, loop.state, index)
         logits = ops.cast(logits, "float32")
         processed = self.process_logits(logits, loop)
-        token, scores = self.choose(processed, rows_lib.step_seeds(loop["seed"], index), loop)
+        token, scores = self.choose(processed, rows_lib.step_seeds(loop.seed, index), loop)
         loop = self.record(
             loop, token, logits=logits, scores=scores, hidden_states=hidden_states
         )
@@ -240,7 +241,7 @@ class Sampler(Tunable):
         greedy = ops.reshape(self.temperature == 0, (-1,))
         scores = processed / ops.where(self.temperature == 0, 1.0, self.temperature)
         best = ops.cast(ops.argmax(scores, axis=-1), "int32")
-        sampled = ops.logical_and(ops.logical_not(greedy), ops.logical_not(loop["done"]))
+        sampled = ops.logical_and(ops.logical_not(greedy), ops.logical_not(loop.done))
         token = backend.cond(
             ops.any(sampled),
             lambda scores, seed, best: ops.cast(self.get_next_token(scores, seed), "int32"),
@@ -256,26 +257,23 @@ class Sampler(Tunable):
 
         `values` holds `(batch, ...)` tensors by output name; `log_probs`
         is derived from `scores` and the chosen `token` when requested,
-        and the top alternatives only when a row of `loop["top_rows"]`
+        and the top alternatives only when a row of `loop.top_rows`
         asks, where the loop says. A buffer narrower than the positions is
         a ring: position `i` lands at `i % width` (the serving engine reads
         its outputs after every chunk of steps).
         """
-        if not loop["outputs"]:
+        if not loop.outputs:
             return loop
         values.update(
-            log_prob_outputs(
-                values["scores"], token, loop["outputs"], loop.get("top_rows")
-            )
+            log_prob_outputs(values["scores"], token, loop.outputs, loop.top_rows or None)
         )
-        index = loop["index"]
         outputs = {
             name: rows_lib.write(
-                buffer, values[name], index % ops.shape(buffer)[1], loop["done"]
+                buffer, values[name], loop.index % ops.shape(buffer)[1], loop.done
             )
-            for name, buffer in loop["outputs"].items()
+            for name, buffer in loop.outputs.items()
         }
-        return {**loop, "outputs": outputs}
+        return loop._replace(outputs=outputs)
 
     def process_logits(self, logits, loop):
         """Apply the logits processors, in order, to `(batch, vocab)` logits.
@@ -287,14 +285,14 @@ class Sampler(Tunable):
         back on its own mask of the unprocessed logits: a row never leaves
         its language.
 
-        With `loop["processor_rows"]` (one `(rows,)` bool per processor,
+        With `loop.processor_rows` (one `(rows,)` bool per processor,
         the serving engine's), each processor changes only the rows it
         holds for, and runs only when a running row needs it.
         """
         if not self.processors:
             return logits
-        selected = loop.get("processor_rows") or (None,) * len(self.processors)
-        running = ops.logical_not(loop["done"])
+        selected = loop.processor_rows or (None,) * len(self.processors)
+        running = ops.logical_not(loop.done)
 
         def apply(processor, rows, processed, unprocessed):
             if processor.state_key is None:
@@ -326,25 +324,19 @@ class Sampler(Tunable):
                 processed = apply(processor, rows, processed, logits)
         return processed
 
-    def processor_states(self, loop):
-        """The stateful processors' per-row states in `loop`, by loop key."""
-        return {
-            p.state_key: loop[p.state_key]
+    def start_processors(self, loop):
+        """`loop` with each stateful processor's initial per-row state."""
+        rows = ops.shape(loop.token_ids)[0]
+        states = {
+            p.state_key: p.initial_state(rows)
             for p in self.processors
             if p.state_key is not None
         }
-
-    def start_processors(self, loop):
-        """`loop` with each stateful processor's initial per-row state."""
-        rows = ops.shape(loop["token_ids"])[0]
-        for processor in self.processors:
-            if processor.state_key is not None:
-                loop = {**loop, processor.state_key: processor.initial_state(rows)}
-        return loop
+        return loop._replace(processor_states=states)
 
     def advance_processors(self, states, token, moved=None):
-        """The stateful processors' states (`states` by loop key) after
-        each row's `token`."""
+        """The stateful processors' states (`states` by key, as
+        `loop.processor_states`) after each row's `token`."""
         return {
             p.state_key: p.advance(states[p.state_key], token, moved)
             for p in self.processors
@@ -376,35 +368,40 @@ class Sampler(Tunable):
         A row is done after a stop (a stop token, sequence or string) or
         at its `end`. With one position per row, done rows stand still.
         """
-        index, done = loop["index"], loop["done"]
-        token_ids, mask = loop["token_ids"], loop["mask"]
+        index, done = loop.index, loop.done
+        token_ids, mask = loop.token_ids, loop.mask
         in_prompt = rows_lib.read(mask, index)
         token = ops.where(in_prompt, rows_lib.read(token_ids, index), ops.cast(token, "int32"))
-        is_stop = ops.any(token[:, None] == loop["stop_token_ids"], axis=-1)
+        is_stop = ops.any(token[:, None] == loop.stop_token_ids, axis=-1)
         token_ids = rows_lib.write(token_ids, token, index, done)
-        if "stop_sequences" in loop:
+        if loop.stop_sequences:
             is_stop = ops.logical_or(
-                is_stop, stopping.stop_match(token_ids, index, loop["stop_sequences"])
+                is_stop, stopping.stop_match(token_ids, index, loop.stop_sequences)
             )
         stopped = ops.logical_or(
             ops.logical_and(ops.logical_not(in_prompt), is_stop),
-            index + 1 >= loop["end"],
+            index + 1 >= loop.end,
         )
         moved = ops.logical_and(ops.logical_not(in_prompt), ops.logical_not(done))
-        return {
-            **loop,
-            **self.advance_processors(loop, token, moved),
-            "token_ids": token_ids,
-            "state": state,
-            "index": rows_lib.advance(index, ops.logical_not(done)),
-            "done": ops.logical_or(done, stopped),
-        }
+        return loop._replace(
+            processor_states=self.advance_processors(loop.processor_states, token, moved),
+            token_ids=token_ids,
+            state=state,
+            index=rows_lib.advance(index, ops.logical_not(done)),
+            done=ops.logical_or(done, stopped),
+        )
 
     def run(self, next, loop):
         """Step until `cond` fails: one loop inside the compiled program."""
         return backend.while_loop(
             self.cond, lambda loop: self.step(next, loop), loop
         )
+
+    def row_counts(self, loop):
+        """Per-row counts the host reads beside the tokens: a dict of
+        `(rows,)` tensors (speculative decoding: how far each row got, and
+        its acceptance counts)."""
+        return {}
 
     def stream_view(self, loop):
         """What a stream may hand out so far: `(view, limits)`.
@@ -414,11 +411,11 @@ class Sampler(Tunable):
         positions of each row are final (one int for all rows here: the
         loop's `index`). Host side, between compiled chunks.
         """
-        return loop["token_ids"], int(ops.convert_to_numpy(loop["index"]))
+        return loop.token_ids, int(ops.convert_to_numpy(loop.index))
 
     def finish(self, loop):
         """The generated `(batch, max_length)` token ids."""
-        return loop["token_ids"]
+        return loop.token_ids
 
     def __call__(
         self,
@@ -438,7 +435,7 @@ class Sampler(Tunable):
             prompt, state, index, mask, stop_token_ids, hidden_states,
             stop_sequences=stop_sequences,
         )
-        rows = ops.shape(loop["token_ids"])[0]
+        rows = ops.shape(loop.token_ids)[0]
         sampler = self.bound(self.get_parameter_tensors(), processors, rows=rows)
         return sampler.finish(sampler.run(next, sampler.start_processors(loop)))
 

@@ -16,6 +16,19 @@ from keras_gen.utils.checks import check_count
 
 # The default of `num_speculative_tokens`.
 SPECULATIVE_TOKENS = 4
+# Per-row counts the host reads: `lengths`, how far each row got, and the
+# acceptance counts.
+ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
+
+
+class SpeculativeState(
+    collections.namedtuple(
+        "SpeculativeState", ("lengths", "accepted_tokens", "draft_tokens", "draft_state")
+    )
+):
+    """Speculative decoding's own loop state: each row's length (rows
+    advance by different counts), its acceptance counts and the draft
+    model's cache (`()` for prompt lookup)."""
 
 
 def take_rows(x, positions):
@@ -236,25 +249,26 @@ class SpeculativeSampler(Sampler):
         `lengths` (each row starts at its own prompt length), acceptance
         counts, and `index` counting steps."""
         loop = super().start(prompt, state, index, mask, *args, **kwargs)
-        batch = ops.shape(loop["token_ids"])[0]
+        batch = ops.shape(loop.token_ids)[0]
         extra = self.lookahead
 
         def widen(x):
             padding = ops.zeros((batch, extra) + tuple(ops.shape(x)[2:]), x.dtype)
             return ops.concatenate([x, padding], axis=1)
 
-        return {
-            **loop,
-            "token_ids": widen(loop["token_ids"]),
-            "mask": widen(loop["mask"]),
-            "outputs": {k: widen(v) for k, v in loop["outputs"].items()},
-            "index": ops.convert_to_tensor(0, "int32"),
-            "lengths": ops.sum(ops.cast(loop["mask"], "int32"), axis=1),
-            # Two tensors, not one: torch.compile guards on aliasing.
-            "accepted_tokens": ops.zeros((batch,), "int32"),
-            "draft_tokens": ops.zeros((batch,), "int32"),
-            "draft_state": (),
-        }
+        return loop._replace(
+            token_ids=widen(loop.token_ids),
+            mask=widen(loop.mask),
+            outputs={k: widen(v) for k, v in loop.outputs.items()},
+            index=ops.convert_to_tensor(0, "int32"),
+            sampler_state=SpeculativeState(
+                lengths=ops.sum(ops.cast(loop.mask, "int32"), axis=1),
+                # Two tensors, not one: torch.compile guards on aliasing.
+                accepted_tokens=ops.zeros((batch,), "int32"),
+                draft_tokens=ops.zeros((batch,), "int32"),
+                draft_state=(),
+            ),
+        )
 
     @property
     def model_variables(self):
@@ -264,26 +278,33 @@ class SpeculativeSampler(Sampler):
         """Seed the draft model's cache from the prompt."""
         if self.draft is None:
             return loop
-        cache_length = ops.shape(loop["token_ids"])[1]
+        cache_length = ops.shape(loop.token_ids)[1]
         _, draft_state = self.draft.build_state(prompt, mask, cache_length=cache_length)
-        return {**loop, "draft_state": draft_state}
+        return loop._replace(
+            sampler_state=loop.sampler_state._replace(draft_state=draft_state)
+        )
+
+    def row_counts(self, loop):
+        # `lengths` tells the host how far each row got.
+        counts = loop.sampler_state._asdict()
+        return {name: counts[name] for name in ROW_COUNTS}
 
     def cond(self, loop):
         running = ops.logical_and(
-            ops.logical_not(loop["done"]), loop["lengths"] < loop["end"]
+            ops.logical_not(loop.done), loop.sampler_state.lengths < loop.end
         )
-        return ops.logical_and(ops.any(running), loop["index"] < loop["until"])
+        return ops.logical_and(ops.any(running), loop.index < loop.until)
 
     def _seed(self, loop, slot):
         # A different (2,) seed for every draw of every step.
-        offset = loop["index"] * (2 * self.lookahead) + slot
-        return loop["seed"] + ops.stack([ops.zeros_like(offset), offset])
+        offset = loop.index * (2 * self.lookahead) + slot
+        return loop.seed + ops.stack([ops.zeros_like(offset), offset])
 
     def _scores(self, logits, loop, token_ids, positions):
         """Processed, tempered `(batch, vocab)` scores for per-row
         `positions`; stateful processors read their states from `loop`."""
         logits = ops.cast(logits, "float32")
-        row_loop = {**loop, "token_ids": token_ids, "index": positions}
+        row_loop = loop._replace(token_ids=token_ids, index=positions)
         return self.process_logits(logits, row_loop) / self.sampler.temperature
 
     def _draw(self, scores, seed):
@@ -297,7 +318,8 @@ class SpeculativeSampler(Sampler):
     def _propose(self, loop):
         """Draft tokens `(batch, K)`, their probabilities `(batch, K, vocab)`
         (`None` for greedy), the buffer holding them and the draft state."""
-        lengths, token_ids = loop["lengths"], loop["token_ids"]
+        lengths, token_ids = loop.sampler_state.lengths, loop.token_ids
+        draft_state = loop.sampler_state.draft_state
         count = self.num_speculative_tokens
         if self.draft is None:
             drafts = prompt_lookup(token_ids, lengths, self.prompt_lookup_ngram, count)
@@ -306,20 +328,22 @@ class SpeculativeSampler(Sampler):
             if not self.greedy:
                 vocabulary_size = self.target.vocabulary_size
                 probabilities = ops.one_hot(drafts, vocabulary_size)
-            return drafts, probabilities, token_ids, loop["draft_state"]
+            return drafts, probabilities, token_ids, draft_state
         # Re-run the token before last too: after a step that accepted every
         # proposal, the draft has not seen the last one.
         first = ops.maximum(lengths - 2, 0)
         pair = take_rows(token_ids, first[:, None] + ops.arange(2, dtype="int32"))
-        logits, _, state = self.draft.call_with_state(pair, loop["draft_state"], first)
+        logits, _, state = self.draft.call_with_state(pair, draft_state, first)
         logits = ops.take_along_axis(
             logits, (lengths - 1 - first)[:, None, None], axis=1
         )[:, 0]
         drafts, probabilities = [], []
-        states = self.processor_states(loop)
+        states = loop.processor_states
         for j in range(count):
             position = lengths + j
-            scores = self._scores(logits, {**loop, **states}, token_ids, position)
+            scores = self._scores(
+                logits, loop._replace(processor_states=states), token_ids, position
+            )
             token, probs = self._draw(scores, self._seed(loop, j))
             states = self.advance_processors(states, token)
             token_ids = backend.update_rows(token_ids, token[:, None], position, 1)
@@ -370,58 +394,65 @@ class SpeculativeSampler(Sampler):
 
     def step(self, next, loop):
         """Propose, verify in one target call, keep each row's accepted run."""
-        lengths, count = loop["lengths"], self.num_speculative_tokens
+        lengths, count = loop.sampler_state.lengths, self.num_speculative_tokens
         drafts, draft_probabilities, token_ids, draft_state = self._propose(loop)
         offsets = ops.arange(count + 1, dtype="int32")[None, :]
         # Tokens at lengths - 1 ... lengths + K - 1 give the target's logits
         # for lengths ... lengths + K.
         verify = take_rows(token_ids, (lengths - 1)[:, None] + offsets)
         logits, hidden_states, state = self.target.call_with_state(
-            verify, loop["state"], lengths - 1
+            verify, loop.state, lengths - 1
         )
         logits = ops.cast(logits, "float32")
         # Stateful processors (structured output) score each position in
         # the state the drafts before it lead to: a draft that leaves the
         # language has probability 0 and is rejected.
-        states = [self.processor_states(loop)]
+        states = [loop.processor_states]
         for j in range(count):
             states.append(self.advance_processors(states[-1], drafts[:, j]))
         scores = ops.stack(
             [
-                self._scores(logits[:, j], {**loop, **states[j]}, token_ids, lengths + j)
+                self._scores(
+                    logits[:, j],
+                    loop._replace(processor_states=states[j]),
+                    token_ids,
+                    lengths + j,
+                )
                 for j in range(count + 1)
             ],
             axis=1,
         )
         accepted, tokens = self._accept(loop, drafts, draft_probabilities, scores)
         token_ids = backend.update_rows(token_ids, tokens, lengths, axis=1)
-        running = ops.logical_and(ops.logical_not(loop["done"]), lengths < loop["end"])
-        kept = ops.minimum(accepted + 1, loop["end"] - lengths)
+        running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+        kept = ops.minimum(accepted + 1, loop.end - lengths)
         kept, stopped = self._stop(loop, token_ids, tokens, kept)
         kept = ops.where(running, kept, 0)
         # Proposals that could be kept: none past the row's last position.
-        usable = ops.where(running, ops.clip(loop["end"] - lengths - 1, 0, count), 0)
+        usable = ops.where(running, ops.clip(loop.end - lengths - 1, 0, count), 0)
         loop = self._record(
             loop, tokens, logits=logits, scores=scores, hidden_states=hidden_states
         )
-        return {
-            **loop,
-            **self._kept_states(loop, tokens, kept),
-            "token_ids": token_ids,
-            "state": state,
-            "draft_state": draft_state,
-            "index": loop["index"] + 1,
-            "lengths": lengths + kept,
-            "done": ops.logical_or(loop["done"], ops.logical_and(running, stopped)),
-            "accepted_tokens": loop["accepted_tokens"]
-            + ops.minimum(ops.minimum(accepted, kept), usable),
-            "draft_tokens": loop["draft_tokens"] + usable,
-        }
+        counts = loop.sampler_state
+        return loop._replace(
+            processor_states=self._kept_states(loop, tokens, kept),
+            token_ids=token_ids,
+            state=state,
+            index=loop.index + 1,
+            done=ops.logical_or(loop.done, ops.logical_and(running, stopped)),
+            sampler_state=SpeculativeState(
+                lengths=lengths + kept,
+                accepted_tokens=counts.accepted_tokens
+                + ops.minimum(ops.minimum(accepted, kept), usable),
+                draft_tokens=counts.draft_tokens + usable,
+                draft_state=draft_state,
+            ),
+        )
 
     def _kept_states(self, loop, tokens, kept):
         """The stateful processors' states after each row's `kept` of its
         new `(batch, K + 1)` tokens."""
-        walk = [self.processor_states(loop)]
+        walk = [loop.processor_states]
         for j in range(ops.shape(tokens)[1] if walk[0] else 0):
             walk.append(self.advance_processors(walk[-1], tokens[:, j]))
         return {
@@ -431,14 +462,12 @@ class SpeculativeSampler(Sampler):
 
     def _stop(self, loop, token_ids, tokens, kept):
         """Cut each row's `kept` new tokens after its first stop."""
-        lengths = loop["lengths"]
+        lengths = loop.sampler_state.lengths
         slots = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :]
-        is_stop = ops.any(
-            tokens[..., None] == loop["stop_token_ids"][None, None, :], axis=-1
-        )
-        if "stop_sequences" in loop:
+        is_stop = ops.any(tokens[..., None] == loop.stop_token_ids[None, None, :], axis=-1)
+        if loop.stop_sequences:
             matches = [
-                stopping.stop_match(token_ids, lengths + j, loop["stop_sequences"])
+                stopping.stop_match(token_ids, lengths + j, loop.stop_sequences)
                 for j in range(ops.shape(tokens)[1])
             ]
             is_stop = ops.logical_or(is_stop, ops.stack(matches, axis=1))
@@ -449,23 +478,22 @@ class SpeculativeSampler(Sampler):
 
     def _record(self, loop, tokens, **values):
         """Write the requested per-step outputs of the K + 1 positions."""
-        outputs = loop["outputs"]
+        outputs = loop.outputs
         if not outputs:
             return loop
         values.update(log_prob_outputs(values["scores"], tokens, outputs))
+        lengths = loop.sampler_state.lengths
         outputs = {
-            name: backend.update_rows(
-                buffer, ops.cast(values[name], buffer.dtype), loop["lengths"], 1
-            )
+            name: backend.update_rows(buffer, ops.cast(values[name], buffer.dtype), lengths, 1)
             for name, buffer in outputs.items()
         }
-        return {**loop, "outputs": outputs}
+        return loop._replace(outputs=outputs)
 
     def finish(self, loop):
         """The `(batch, max_length)` token ids; zeros past each row's end."""
-        token_ids = loop["token_ids"][:, : -self.lookahead]
+        token_ids = loop.token_ids[:, : -self.lookahead]
         positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")[None, :]
-        return ops.where(positions < loop["lengths"][:, None], token_ids, 0)
+        return ops.where(positions < loop.sampler_state.lengths[:, None], token_ids, 0)
 
     def get_config(self):
         raise NotImplementedError(

@@ -592,9 +592,9 @@ class Engine:
         if one of them asks."""
         timed, started = rows is None, time.perf_counter()
         if rows is None:
-            slots = [slot for job in self._jobs for slot in job.slots]
-            rows = next(r for r in self.row_buckets if r > max(slots))
-            end = max(self._host["end"][slots])
+            occupied = [slot for job in self._jobs for slot in job.slots]
+            rows = next(r for r in self.row_buckets if r > max(occupied))
+            end = max(self._host["end"][occupied])
             cache_length = next(n for n in self.length_buckets if n >= end)
             wide = any(job.settings["wide"] for job in self._jobs)
         if self._table_tensors is None:
@@ -608,7 +608,7 @@ class Engine:
         def tensors(arrays):
             return {name: ops.convert_to_tensor(array[:rows]) for name, array in arrays.items()}
 
-        loop = {
+        slots = {
             **tensors(self._host),
             "state": self._device,
             "steps": ops.convert_to_tensor(steps, "int32"),
@@ -628,12 +628,12 @@ class Engine:
             wide,
         )
         with backend.no_grad():
-            loop = self._program("decode", key)(loop, self._table_tensors)
-        self._device = loop["state"]
+            slots = self._program("decode", key)(slots, self._table_tensors)
+        self._device = slots["state"]
         for name in _READ:
-            self._host[name][:rows] = ops.convert_to_numpy(loop[name])
+            self._host[name][:rows] = ops.convert_to_numpy(slots[name])
         for name, array in outputs.items():
-            array[:rows] = ops.convert_to_numpy(loop["outputs"][name])
+            array[:rows] = ops.convert_to_numpy(slots["outputs"][name])
         if timed:
             seconds = (time.perf_counter() - started) / steps
             previous = self._step_seconds or seconds

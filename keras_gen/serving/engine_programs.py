@@ -23,6 +23,7 @@ numbers, do.
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.samplers.loop_state import LoopState
 
 
 def admit(backbone, loop, slot, token_ids, mask):
@@ -42,41 +43,61 @@ def admit(backbone, loop, slot, token_ids, mask):
     return {**loop, "state": state}
 
 
-def decode(lm, sampler, processors, loop, tables, cache_length):
-    """Step every running slot until none runs or each ran `loop["steps"]`.
+def decode(lm, sampler, processors, slots, tables, cache_length):
+    """Step every running slot until none runs or each ran `slots["steps"]`.
 
-    `loop` holds per-slot tensors (`token_ids`, `prompt_lengths`, `index`,
-    `end`, `done`, `stop_token_ids`, `seed`, `outputs`, the stateful
-    processors' states, the sampler's `parameters` and, per processor,
-    `processor_parameters` and `processor_rows`), which may cover only
-    the first slots (a row bucket); every running slot ends within the
-    first `cache_length` positions (a length bucket): the program steps
-    that block of the cache alone and writes it back in place.
+    `slots` is a dict of per-slot tensors (`token_ids`, `prompt_lengths`,
+    `index`, `end`, `done`, `stop_token_ids`, `seed`, `top_rows`,
+    `constraint_state`, `outputs`, the sampler's `parameters` and, per
+    processor, `processor_parameters` and `processor_rows`) and the cache
+    `state`; it may cover only the first slots (a row bucket), and every
+    running slot ends within the first `cache_length` positions (a length
+    bucket): the program steps that block of the cache alone and writes it
+    back in place. Returns `slots` as they are after the steps.
     """
-    cache = loop["state"]
-    inputs = loop
-    rows, length = ops.shape(loop["token_ids"])
-    columns = ops.arange(length, dtype="int32")[None, :]
-    loop = {
-        **loop,
-        "mask": columns < loop["prompt_lengths"][:, None],
-        "until": loop["index"] + loop["steps"],
-    }
-    parameters = [*loop["processor_parameters"], tables]
-    bound = sampler.bound(loop["parameters"], processors, parameters)
+    cache = slots["state"]
+    rows, length = ops.shape(slots["token_ids"])
     block = (rows, cache_length) != tuple(ops.shape(cache[0][0])[::2])
+    state = cache
     if block:
         state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
-        loop = {**loop, "state": state}
+    columns = ops.arange(length, dtype="int32")[None, :]
+    loop = LoopState(
+        token_ids=slots["token_ids"],
+        mask=columns < slots["prompt_lengths"][:, None],
+        state=state,
+        index=slots["index"],
+        end=slots["end"],
+        until=slots["index"] + slots["steps"],
+        done=slots["done"],
+        stop_token_ids=slots["stop_token_ids"],
+        seed=slots["seed"],
+        outputs=slots["outputs"],
+        parameters=slots["parameters"],
+        processor_parameters=slots["processor_parameters"],
+        processor_rows=slots["processor_rows"],
+        processor_states={"constraint_state": slots["constraint_state"]},
+        top_rows=slots["top_rows"],
+    )
+    parameters = [*loop.processor_parameters, tables]
+    bound = sampler.bound(loop.parameters, processors, parameters)
     loop = bound.run(lm.next, loop)
+    state = loop.state
     if block:
         zero = ops.zeros((), "int32")
-        loop["state"] = tuple(
+        state = tuple(
             tuple(
                 backend.update_block(x, block, (zero,) * 4, donate=True)
                 for x, block in zip(layer, rows_layer)
             )
-            for layer, rows_layer in zip(cache, loop["state"])
+            for layer, rows_layer in zip(cache, state)
         )
-    # The loop as it came in (the state it holds is donated).
-    return {name: loop[name] for name in inputs}
+    return {
+        **slots,
+        "state": state,
+        "token_ids": loop.token_ids,
+        "index": loop.index,
+        "done": loop.done,
+        "outputs": loop.outputs,
+        "constraint_state": loop.processor_states["constraint_state"],
+    }

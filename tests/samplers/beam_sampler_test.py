@@ -333,10 +333,10 @@ def test_cache_is_num_beams_times_the_batch_and_keeps_its_shape():
     mask = token_ids > 0
     sampler = sampler.bound(sampler.get_parameter_tensors())
     loop = sampler.start(token_ids, state, 2, mask=mask)
-    shapes = [tuple(ops.shape(x)) for pair in loop["state"] for x in pair]
+    shapes = [tuple(ops.shape(x)) for pair in loop.state for x in pair]
     assert shapes == [(8, 2, 6, 8)] * 4
     loop = sampler.step(lm.next, loop)
-    assert [tuple(ops.shape(x)) for pair in loop["state"] for x in pair] == shapes
+    assert [tuple(ops.shape(x)) for pair in loop.state for x in pair] == shapes
 
 
 def test_generate_forms(beam_lm):

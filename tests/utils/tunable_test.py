@@ -1,6 +1,8 @@
 """Per-row numbers: a batch of rows with different settings, or positions,
 gives each row what it gives alone."""
 
+import types
+
 import numpy as np
 import pytest
 from keras import ops
@@ -102,7 +104,7 @@ def test_temperature_zero_rows_take_the_argmax():
         "top_k": ops.convert_to_tensor([[5], [5], [5]], "int32"),
     }
     bound = sampler.with_parameters(rows)
-    loop = {"done": ops.convert_to_tensor([False, False, False])}
+    loop = types.SimpleNamespace(done=ops.convert_to_tensor([False, False, False]))
     seed = ops.convert_to_tensor([[0, 1], [0, 2], [0, 3]], "int32")
     tokens, scores = bound.choose(ops.convert_to_tensor(logits), seed, loop)
     tokens = ops.convert_to_numpy(tokens)

@@ -241,6 +241,14 @@ class GenerationConfig:
         field="typical_p",
         filter=True,
     )
+    top_n_sigma: float = option(
+        _filter,
+        "sampling",
+        "Keep tokens within n standard deviations of the top logit (0: all).",
+        flag=float,
+        field="top_n_sigma",
+        filter=True,
+    )
     seed: int = option(
         _int(), None, "The same seed gives the same tokens.", flag=int, field="seed"
     )

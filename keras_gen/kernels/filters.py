@@ -121,6 +121,22 @@ def typical_filter(logits, mass):
     return ops.where(keep, logits, NEG_INF)
 
 
+def top_n_sigma_filter(logits, n):
+    """Keep tokens whose logit is within `n` standard deviations of the
+    row's largest (top-nσ, Tang et al., 2024; llama.cpp's `top_n_sigma`).
+
+    Mean and deviation are over the row's finite logits, so the tokens kept
+    do not depend on the temperature. `n` <= 0 keeps every token.
+    """
+    finite = logits > NEG_INF
+    count = ops.maximum(ops.sum(ops.cast(finite, "float32"), axis=-1, keepdims=True), 1)
+    mean = ops.sum(ops.where(finite, logits, 0.0), axis=-1, keepdims=True) / count
+    deviation = ops.where(finite, logits - mean, 0.0)
+    sigma = ops.sqrt(ops.sum(deviation * deviation, axis=-1, keepdims=True) / count)
+    threshold = ops.amax(logits, axis=-1, keepdims=True) - n * sigma
+    return ops.where(ops.logical_or(logits >= threshold, n <= 0), logits, NEG_INF)
+
+
 class Filter(collections.namedtuple("Filter", ("apply", "neutral", "check"))):
     """A sampling filter: `apply(logits, value)`, the `neutral` value that
     keeps every token, and `check(name, value)` for a value given."""
@@ -136,6 +152,9 @@ def _top_k_or_all(logits, k):
 # option of `RandomSampler`; a `GenerationConfig` field of the same name
 # (`filter=True`) makes it an option of every entry point.
 FILTERS = {
+    "top_n_sigma": Filter(
+        top_n_sigma_filter, 0.0, lambda name, v: checks.check_number(name, v, low=0)
+    ),
     "min_p": Filter(min_p_filter, 0.0, checks.check_fraction),
     "top_k": Filter(_top_k_or_all, 0, lambda name, v: checks.check_int(name, v, low=0)),
     "top_p": Filter(top_p_filter, 1.0, checks.check_probability),

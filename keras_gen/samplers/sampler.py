@@ -52,6 +52,11 @@ def log_prob_outputs(scores, token, outputs, top_rows=None):
     return values
 
 
+def _optional(value):
+    """An optional loop entry: `None` where it is absent (`()`)."""
+    return None if isinstance(value, tuple) and not value else value
+
+
 class Sampler(Tunable):
     """Base class for samplers: turns logits into tokens, step by step.
 
@@ -265,7 +270,9 @@ class Sampler(Tunable):
         if not loop.outputs:
             return loop
         values.update(
-            log_prob_outputs(values["scores"], token, loop.outputs, loop.top_rows or None)
+            log_prob_outputs(
+                values["scores"], token, loop.outputs, _optional(loop.top_rows)
+            )
         )
         outputs = {
             name: rows_lib.write(

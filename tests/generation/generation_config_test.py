@@ -74,6 +74,8 @@ BAD = [
     ({"logit_bias": [1, 2]}, TypeError, "logit_bias"),
     ({"logit_bias": {}}, ValueError, "logit_bias"),
     ({"forced_eos_token_id": -1}, ValueError, "forced_eos_token_id"),
+    ({"top_n_sigma": -1.0}, ValueError, "top_n_sigma"),
+    ({"top_n_sigma": "wide"}, TypeError, "top_n_sigma"),
     ({"eos_token_id": "2"}, TypeError, "eos_token_id"),
     ({"stop_token_ids": "eos"}, TypeError, "stop_token_ids"),
     ({"stop_token_ids": [1, -2]}, ValueError, "stop_token_ids"),

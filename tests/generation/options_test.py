@@ -27,6 +27,7 @@ def test_modes_pick_samplers():
         "top_p": 1.0,
         "min_p": 0.0,
         "typical_p": 1.0,
+        "top_n_sigma": 0.0,
     }
 
 

@@ -81,3 +81,25 @@ def test_kth_largest_without_a_sort_is_the_sorted_rows_value():
         expected = np.take_along_axis(np.sort(x, axis=-1), position, axis=-1)
         got = filters.kth_largest(ops.convert_to_tensor(x), ops.convert_to_tensor(k))
         np.testing.assert_array_equal(ops.convert_to_numpy(got), expected)
+
+
+def test_top_n_sigma_keeps_tokens_near_the_top_whatever_the_temperature():
+    logits = ops.convert_to_numpy(LOGITS)
+    for n in (0.5, 1.0, 2.0):
+        finite = logits
+        sigma = finite.std(axis=-1, keepdims=True)
+        expected = logits >= logits.max(-1, keepdims=True) - n * sigma
+        np.testing.assert_array_equal(kept(filters.top_n_sigma_filter(LOGITS, n)), expected)
+        # Scaled logits (another temperature) keep the same tokens.
+        scaled = filters.top_n_sigma_filter(LOGITS / 0.3, n)
+        np.testing.assert_array_equal(kept(scaled), expected)
+    assert kept(filters.top_n_sigma_filter(LOGITS, 0.0)).all()
+    # Tokens another filter cut do not count; a row of one token keeps it.
+    cut = filters.top_k_filter(LOGITS, 1)
+    assert (kept(filters.top_n_sigma_filter(cut, 1.0)) == kept(cut)).all()
+    # Per row, and in the combined filter.
+    n = ops.convert_to_tensor([[0.0], [1.0], [2.0], [0.5], [3.0], [1.5]])
+    rows = kept(filters.filter_logits(LOGITS, top_n_sigma=n))
+    for r, value in enumerate([0.0, 1.0, 2.0, 0.5, 3.0, 1.5]):
+        alone = filters.top_n_sigma_filter(LOGITS[r : r + 1], value)
+        np.testing.assert_array_equal(rows[r : r + 1], kept(alone))

@@ -328,6 +328,7 @@ OPTION_TABLE = [
     dict(response_format={"choice": ["yes", "no", "not sure"]}),
     dict(stop_strings=["e"], stop_sequences=[[160, 105]]),
     dict(temperature=1.7, top_k=0, top_p=0.5),
+    dict(top_n_sigma=1.0, temperature=1.3),
     dict(max_length=30),
 ]
 

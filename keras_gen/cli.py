@@ -371,7 +371,10 @@ def _first_line(error):
 
 def read_prompt(prompt):
     if prompt == "-":
-        prompt = sys.stdin.read()
+        try:
+            prompt = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(f"the prompt on stdin is not UTF-8 text ({error})") from None
     if not prompt:
         raise UsageError("the prompt is empty")
     return prompt
@@ -477,17 +480,21 @@ def run_serve(args):
             file=sys.stderr,
         )
         return 1
+    import uvicorn
+
     lm = load_model(args.model, args.dtype, args.lora)
-    serving.serve(
-        lm,
-        host=args.host,
-        port=args.port,
-        model_name=args.model_name or args.model,
-        max_batch_size=args.max_batch_size,
-        max_length=args.max_length,
-        max_queue=args.max_queue,
-        warm_up=args.warm_up,
-    )
+    try:
+        app = serving.create_app(
+            lm,
+            model_name=args.model_name or args.model,
+            max_batch_size=args.max_batch_size,
+            max_length=args.max_length,
+            max_queue=args.max_queue,
+            warm_up=args.warm_up,
+        )
+    except (TypeError, ValueError) as error:
+        raise UsageError(_first_line(error)) from None
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 
 

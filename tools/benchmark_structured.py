@@ -207,8 +207,8 @@ def build_times(lm, schema):
 
     pattern = JsonSchema(schema).pattern()
     size = lm.backbone.vocabulary_size
-    automaton_lib._automata.entries.clear()
-    automaton_lib._vocabularies.entries.clear()
+    automaton_lib._automata.clear()
+    automaton_lib._vocabularies.clear()
     started = time.perf_counter()
     automaton = automaton_lib.Automaton.from_regex(pattern, lm.tokenizer, size)
     cold = time.perf_counter() - started

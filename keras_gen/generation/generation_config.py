@@ -6,10 +6,17 @@ import os
 import warnings
 
 from keras_gen.utils import checks
+from keras_gen.utils.files import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 # The most alternatives `top_logprobs` may ask for (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
+# Stop strings: how many, and how long (the loop's tables grow with both:
+# vocabulary x strings x characters).
+MAX_STOP_STRINGS = 8
+MAX_STOP_STRING_LENGTH = 32
+# Sequences per prompt (`num_return_sequences`, `num_beams`).
+MAX_RETURN_SEQUENCES = 64
 STEP_OUTPUTS = {
     "output_log_probs": "log_probs",
     "output_scores": "scores",
@@ -253,7 +260,7 @@ class GenerationConfig:
         _int(), None, "The same seed gives the same tokens.", flag=int, field="seed"
     )
     num_beams: int = option(
-        checks.check_count,
+        _int(1, MAX_RETURN_SEQUENCES),
         "sampling",
         "Beam search with this many beams (1: off).",
         flag=int,
@@ -273,7 +280,7 @@ class GenerationConfig:
         neutral=False,
     )
     num_return_sequences: int = option(
-        checks.check_count,
+        _int(1, MAX_RETURN_SEQUENCES),
         "sampling",
         "Sequences per prompt (beam search or sampling).",
         neutral=1,
@@ -385,7 +392,11 @@ class GenerationConfig:
         _stop_token_ids, None, "Ids that end a row ([]: never; default: eos)."
     )
     stop_strings: list = option(
-        checks.check_strings, None, "Strings that end a row (needs a tokenizer)."
+        lambda name, value: checks.check_strings(
+            name, value, MAX_STOP_STRINGS, MAX_STOP_STRING_LENGTH
+        ),
+        None,
+        "Strings that end a row (needs a tokenizer).",
     )
     stop_sequences: list = option(
         checks.check_token_sequences, None, "Token id sequences that end a row."
@@ -416,10 +427,10 @@ class GenerationConfig:
     )
     # Speculative decoding.
     num_speculative_tokens: int = option(
-        checks.check_count, None, "Tokens a draft proposes per step."
+        _int(1, checks.MAX_SPECULATIVE_TOKENS), None, "Tokens a draft proposes per step."
     )
     prompt_lookup_ngram: int = option(
-        checks.check_count, None, "Draft by prompt lookup of this n-gram."
+        _int(1, checks.MAX_NGRAM_SIZE), None, "Draft by prompt lookup of this n-gram."
     )
 
     def __post_init__(self):
@@ -531,14 +542,7 @@ class GenerationConfig:
             path = os.path.join(path, GENERATION_CONFIG_FILE)
         if not os.path.isfile(path):
             return cls()
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from error
-        if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object.")
-        config = cls.from_dict(data, strict=False)
+        config = cls.from_dict(read_json_object(path), strict=False)
         if config.do_sample is None:
             config = dataclasses.replace(config, do_sample=False)
         return config

@@ -7,10 +7,24 @@ the first match.
 
 from keras import ops
 
+from keras_gen.generation.generation_config import MAX_STOP_STRING_LENGTH
+from keras_gen.generation.generation_config import MAX_STOP_STRINGS
 from keras_gen.kernels import stopping
+from keras_gen.utils import checks
+from keras_gen.utils.lru_cache import LRUCache
 
-# Token texts per tokenizer (decoding a whole vocabulary takes a moment).
-_PIECES = {}
+# Token texts per tokenizer (decoding a whole vocabulary takes a moment),
+# and the stop string tables of recent sets of strings.
+_PIECES = LRUCache(4)
+_TABLES = LRUCache(16)
+
+
+def _cached(cache, key, tokenizer, make):
+    """`make()`, kept under `key` for a tokenizer with a fingerprint."""
+    fingerprint = getattr(tokenizer, "fingerprint", None)
+    if fingerprint is None:
+        return make()
+    return cache.get((fingerprint,) + key, make)
 
 
 def token_pieces(tokenizer, vocabulary_size):
@@ -20,11 +34,12 @@ def token_pieces(tokenizer, vocabulary_size):
     own (part of a multi-byte character) decodes to a replacement character
     and cannot take part in a stop string match.
     """
-    key = (id(tokenizer), vocabulary_size)
-    if key not in _PIECES or _PIECES[key][0] is not tokenizer:
-        pieces = [tokenizer.decode([i]) for i in range(vocabulary_size)]
-        _PIECES[key] = (tokenizer, pieces)
-    return _PIECES[key][1]
+    return _cached(
+        _PIECES,
+        (vocabulary_size,),
+        tokenizer,
+        lambda: [tokenizer.decode([i]) for i in range(vocabulary_size)],
+    )
 
 
 def _check_sequences(stop_sequences, vocabulary_size):
@@ -52,14 +67,12 @@ class StopConditions:
 
     def __init__(self, stop_sequences, stop_strings, tokenizer, vocabulary_size):
         self.sequences = _check_sequences(stop_sequences, vocabulary_size)
-        self.strings = list(stop_strings or [])
-        if isinstance(stop_strings, str) or not all(
-            isinstance(s, str) and s for s in self.strings
-        ):
-            raise ValueError(
-                "`stop_strings` must be a list of non-empty strings. "
-                f"Received: {stop_strings!r}"
-            )
+        self.strings = checks.check_strings(
+            "stop_strings",
+            [] if stop_strings is None else stop_strings,
+            MAX_STOP_STRINGS,
+            MAX_STOP_STRING_LENGTH,
+        )
         self.pieces = None
         if self.strings:
             if tokenizer is None:
@@ -69,12 +82,20 @@ class StopConditions:
                 )
             self.pieces = token_pieces(tokenizer, vocabulary_size)
         self.tokenizer = tokenizer
+        self.vocabulary_size = vocabulary_size
 
     def program_inputs(self):
         """`{"stop_sequences": tensors}`, always present (maybe empty)."""
         stop = stopping.sequence_tensors(self.sequences)
         if self.strings:
-            stop.update(stopping.string_tables(self.pieces, self.strings))
+            stop.update(
+                _cached(
+                    _TABLES,
+                    (self.vocabulary_size, tuple(self.strings)),
+                    self.tokenizer,
+                    lambda: stopping.string_tables(self.pieces, self.strings),
+                )
+            )
         return {
             "stop_sequences": {
                 name: ops.convert_to_tensor(value) for name, value in stop.items()

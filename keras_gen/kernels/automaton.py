@@ -1,44 +1,30 @@
 """A regular expression's automaton over a vocabulary's tokens."""
 
-import collections
-import threading
+import re
 
 import numpy as np
 from outlines_core import Index
 from outlines_core import Vocabulary
+
+from keras_gen.utils.lru_cache import LRUCache
 
 # Automata and vocabularies kept for reuse (least recently used dropped).
 MAX_AUTOMATA = 64
 MAX_VOCABULARIES = 4
 # Allowed tokens are bit-packed in 32-bit words.
 WORD_BITS = 32
+# The largest automaton built, in estimated states (`regex_size`): beyond
+# it outlines-core's work and memory grow past what one request may take.
+MAX_REGEX_SIZE = 4096
+# Estimated states of one character that may be any of thousands of code
+# points (`.`, `[^...]`, `\p{...}`): their UTF-8 bytes take several.
+WIDE_CHARACTER_SIZE = 11
+_REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
-
-class _Cache:
-    """A small thread-safe LRU map."""
-
-    def __init__(self, size):
-        self.size = size
-        self.entries = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key, make):
-        with self.lock:
-            if key in self.entries:
-                self.entries.move_to_end(key)
-                return self.entries[key]
-        value = make()
-        with self.lock:
-            value = self.entries.setdefault(key, value)
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return value
-
-
-_automata = _Cache(MAX_AUTOMATA)
-_vocabularies = _Cache(MAX_VOCABULARIES)
+_automata = LRUCache(MAX_AUTOMATA)
+_vocabularies = LRUCache(MAX_VOCABULARIES)
 # Patterns whose syntax was checked (a check builds a byte-level index).
-_checked = _Cache(4 * MAX_AUTOMATA)
+_checked = LRUCache(4 * MAX_AUTOMATA)
 
 
 def words(vocabulary_size):
@@ -57,10 +43,101 @@ def pack_bits(token_lists, vocabulary_size):
     return packed.view("<u4")[..., 0].astype(np.uint32).view(np.int32)
 
 
+def _class_end(pattern, i):
+    """The position after the character class that starts at `i`, and
+    whether it is negated."""
+    j = i + 1
+    negated = pattern[j : j + 1] == "^"
+    j += negated
+    j += pattern[j : j + 1] == "]"  # a leading `]` is a character
+    depth = 1
+    while j < len(pattern) and depth:
+        if pattern[j] == "\\":
+            j += 2
+            continue
+        depth += {"[": 1, "]": -1}.get(pattern[j], 0)
+        j += 1
+    return j, negated
+
+
+def regex_size(pattern):
+    """An estimate of the states of `pattern`'s automaton, read from its
+    text before anything is built, and the largest repetition count in it.
+
+    Each character (or class) is a state, a wide one (`.`, `[^...]`,
+    `\\p{...}`) `WIDE_CHARACTER_SIZE`; alternatives add up; a counted
+    repetition `{n}`, `{n,}`, `{n,m}` copies what it repeats (`n + 1` or
+    `m` times). Nested repetitions multiply, as they do in the automaton.
+    """
+    # Per open group: the alternatives so far, this branch, its last atom.
+    stack = [[0, 0, 0]]
+    largest = 0
+    i = 0
+    while i < len(pattern):
+        frame, c = stack[-1], pattern[i]
+        size = None
+        if c == "\\":
+            kind = pattern[i + 1 : i + 2]
+            i += 2
+            if kind in ("x", "p", "P", "u", "U") and pattern[i : i + 1] == "{":
+                i = pattern.find("}", i) + 1 or len(pattern)
+            size = WIDE_CHARACTER_SIZE if kind in ("p", "P", "W", "S", "D") else 1
+        elif c == "[":
+            i, negated = _class_end(pattern, i)
+            size = WIDE_CHARACTER_SIZE if negated else 1
+        elif c == "(":
+            stack.append([0, 0, 0])
+            i += 1
+        elif c == ")" and len(stack) > 1:
+            alternatives, branch, _ = stack.pop()
+            size = alternatives + branch
+            i += 1
+        elif c == "|":
+            frame[0], frame[1], frame[2] = frame[0] + frame[1], 0, 0
+            i += 1
+        elif c in "*+?":
+            i += 1
+        elif c == "{" and _REPEAT.match(pattern, i):
+            match = _REPEAT.match(pattern, i)
+            low = int(match.group(1))
+            high = int(match.group(3)) if match.group(3) else low + bool(match.group(2))
+            copies = max(low, high, 1)
+            largest = max(largest, low, high)
+            frame[1] += frame[2] * (copies - 1)
+            frame[2] *= copies
+            i = match.end()
+        else:
+            size = WIDE_CHARACTER_SIZE if c == "." else 1
+            i += 1
+        if size is not None:
+            stack[-1][1] += size
+            stack[-1][2] = size
+    while len(stack) > 1:
+        alternatives, branch, _ = stack.pop()
+        stack[-1][1] += alternatives + branch
+    return stack[0][0] + stack[0][1], largest
+
+
+def check_regex_size(pattern, name="pattern"):
+    """Raise a `ValueError` naming `name` if `pattern`'s automaton would
+    have more than `MAX_REGEX_SIZE` states (estimated by `regex_size`)."""
+    size, largest = regex_size(pattern)
+    if size > MAX_REGEX_SIZE:
+        raise ValueError(
+            f"`{name}` is too large: its automaton would have about {size} "
+            f"states, more than the {MAX_REGEX_SIZE} allowed (its largest "
+            f"repetition count is {largest}). Lower the lengths and counts it "
+            "repeats."
+        )
+    return pattern
+
+
 def check_regex(pattern, name="pattern"):
     """Raise a `ValueError` naming `name` if outlines-core cannot compile
     `pattern` (built over single bytes: the syntax is checked, whatever
     the tokenizer)."""
+
+    check_regex_size(pattern, name)
 
     def check():
         vocabulary = _vocabularies.get(
@@ -144,6 +221,7 @@ class Automaton:
                 "Structured output needs a `keras_gen.tokenizers.Tokenizer` "
                 f"(it reads the bytes of every token). Received: {tokenizer!r}"
             )
+        check_regex_size(pattern)
         key = (pattern, tokenizer.fingerprint, vocabulary_size)
         return _automata.get(key, lambda: cls._build(key, tokenizer))
 

@@ -18,12 +18,13 @@ NEG_INF = float("-inf")
 
 def token_mask(token_ids, vocabulary_size):
     """`(1 or rows, vocab)` bool, `True` at the given ids: `(k,)` ids for
-    every row, or `(rows, k)` per row; -1 pads."""
+    every row, or `(rows, k)` per row; -1 pads. A scatter: its cost grows
+    with `k` plus the vocabulary, not with their product."""
     token_ids = ops.cast(token_ids, "int32")
     if len(ops.shape(token_ids)) == 1:
         token_ids = token_ids[None, :]
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
-    return ops.any(vocabulary[None, :, None] == token_ids[:, None, :], axis=-1)
+    ones = ops.ones(ops.shape(token_ids), "float32")
+    return backend.count_tokens(token_ids, ones, vocabulary_size) > 0
 
 
 def top_k_filter(logits, k):
@@ -156,7 +157,9 @@ FILTERS = {
         top_n_sigma_filter, 0.0, lambda name, v: checks.check_number(name, v, low=0)
     ),
     "min_p": Filter(min_p_filter, 0.0, checks.check_fraction),
-    "top_k": Filter(_top_k_or_all, 0, lambda name, v: checks.check_int(name, v, low=0)),
+    "top_k": Filter(
+        _top_k_or_all, 0, lambda name, v: checks.check_int(name, v, 0, checks.INT32_MAX)
+    ),
     "top_p": Filter(top_p_filter, 1.0, checks.check_probability),
     "typical_p": Filter(typical_filter, 1.0, checks.check_probability),
 }

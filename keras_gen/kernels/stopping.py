@@ -96,6 +96,12 @@ def string_tables(pieces, stop_strings, minimum=4):
     fits = np.zeros((len(pieces), slots, width + 1), bool)
     for s, stop in enumerate(stop_strings):
         c = len(stop)
+        # `stop[:a].endswith(piece)`: the piece is the substring of `stop`
+        # that ends at `a`; found by a lookup, not by trying every `a`.
+        inside = {}
+        for a in range(1, c + 1):
+            for start in range(a):
+                inside.setdefault(stop[start:a], []).append(a)
         for t, piece in enumerate(pieces):
             if not piece:
                 continue
@@ -105,8 +111,10 @@ def string_tables(pieces, stop_strings, minimum=4):
                 if piece[i + 1 - overlap : i + 1] == stop[c - overlap :]:
                     final[t, s, c - overlap] = True
                 i = piece.find(stop[-1], i + 1)
-            for a in range(1, c + 1):
-                if stop[:a].endswith(piece) or piece.endswith(stop[:a]):
+            fits[t, s, inside.get(piece, [])] = True
+            # `piece.endswith(stop[:a])`: `a` up to the piece's length.
+            for a in range(1, min(len(piece), c) + 1):
+                if piece[-a:] == stop[:a]:
                     fits[t, s, a] = True
     lengths = np.asarray([len(p) for p in pieces], "int32")
     return {"final": final, "fits": fits, "piece_lengths": lengths}
@@ -114,15 +122,20 @@ def string_tables(pieces, stop_strings, minimum=4):
 
 def string_match(token_ids, index, tables):
     """`(batch,)` bool: the tokens up to `index` (a scalar or `(batch,)`)
-    end with a stop string."""
+    end with a stop string.
+
+    Walks back one token per loop step (a loop, not unrolled: the program
+    does not grow with the strings' length)."""
     width = ops.shape(tables["final"])[-1] - 1
     token = _token_at(token_ids, index)
     alive = ops.take(tables["final"], token, axis=0)  # (batch, slots, width + 1)
     hit = alive[..., 0]
     uncovered = ops.arange(width + 1, dtype="int32")[None, :]
-    # Each earlier token covers at least one character: `width` tokens back
-    # at most.
-    for step in range(1, width):
+
+    def back(step, carried):
+        # Each earlier token covers at least one character: `width` tokens
+        # back at most.
+        alive, hit = carried
         position = index - step
         token = _token_at(token_ids, ops.maximum(position, 0))
         pieces = ops.cast(ops.take(tables["piece_lengths"], token, axis=0), "int32")
@@ -141,6 +154,9 @@ def string_match(token_ids, index, tables):
             ops.take_along_axis(moved, source, axis=-1),
             (uncovered + pieces[:, None] <= width)[:, None, :],
         )
+        return alive, hit
+
+    _, hit = ops.fori_loop(1, width, back, (alive, hit))
     return ops.any(hit, axis=-1)
 
 

@@ -45,11 +45,12 @@ def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
             "`draft_model` must be a `CausalLM` (or its `Backbone`) with the "
             f"model's vocabulary. Received: draft_model={draft_model!r}"
         )
-    return Speculation(
-        draft,
-        check_count("num_speculative_tokens", num_speculative_tokens, allow_none=True),
-        check_count("prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True),
+    # The options' own checks (and bounds).
+    GenerationConfig(
+        num_speculative_tokens=num_speculative_tokens,
+        prompt_lookup_ngram=prompt_lookup_ngram,
     )
+    return Speculation(draft, num_speculative_tokens, prompt_lookup_ngram)
 
 
 def _quantizable(layer):
@@ -226,6 +227,7 @@ class CausalLM(keras.Model):
         into arrays or a dataset by the preprocessor, whose options are
         taken out of `kwargs`."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in PREPROCESSING_OPTIONS}
+        check_count("batch_size", batch_size, allow_none=True)
         if isinstance(x, (list, tuple)) and not x:
             raise ValueError("`x` is empty: there is nothing to train or evaluate on.")
         if not preprocessing.is_text(x):

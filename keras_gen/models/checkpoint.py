@@ -25,6 +25,7 @@ from keras_gen.generation.generation_config import GENERATION_CONFIG_FILE
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.models import architectures
 from keras_gen.tokenizers.tokenizer import Tokenizer
+from keras_gen.utils.files import read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -46,14 +47,6 @@ NUMPY_DTYPES = {
 }
 
 
-def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-
-
 def read_config(path):
     """The `config.json` of a model folder, with clear errors."""
     path = os.fspath(path)
@@ -68,7 +61,7 @@ def read_config(path):
             f"No {CONFIG_FILE} in {path!r}: a Hugging Face model folder "
             "needs one to say which architecture it holds."
         )
-    config = read_json(config_file)
+    config = read_json_object(config_file)
     if not isinstance(config, dict):
         raise ValueError(f"{config_file} must hold a JSON object.")
     return config
@@ -105,7 +98,7 @@ def _weight_files(path):
     """The safetensors file names of a folder: the index's shards, or all."""
     index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
     if os.path.isfile(index_file):
-        weight_map = read_json(index_file).get("weight_map")
+        weight_map = read_json_object(index_file).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ValueError(f"{index_file} has no 'weight_map'.")
         files = sorted(set(weight_map.values()))
@@ -373,7 +366,7 @@ def _remove_old_shards(path):
     index_file = os.path.join(path, WEIGHTS_INDEX_FILE)
     if not os.path.isfile(index_file):
         return
-    for file_name in set(read_json(index_file).get("weight_map", {}).values()):
+    for file_name in set(read_json_object(index_file).get("weight_map", {}).values()):
         shard = os.path.join(path, os.path.basename(file_name))
         if os.path.isfile(shard):
             os.remove(shard)

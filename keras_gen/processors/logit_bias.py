@@ -7,6 +7,7 @@ from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_sequences
 from keras_gen.utils.checks import check_number
+from keras_gen.utils.checks import MAX_ID_SEQUENCE_LENGTH
 from keras_gen.utils.checks import check_token_ids
 
 # The largest finite bias (see `LogitBias`).
@@ -65,6 +66,11 @@ class LogitBias(LogitsProcessor):
             if isinstance(key, str):
                 key = _read_key(key)
             key = tuple(check_token_ids("bias", key))
+            if len(key) > MAX_ID_SEQUENCE_LENGTH:
+                raise ValueError(
+                    f"`bias` keys may be sequences of at most "
+                    f"{MAX_ID_SEQUENCE_LENGTH} token ids. Received one of {len(key)}."
+                )
             value = check_number(
                 f"bias[{key[0] if len(key) == 1 else key}]",
                 value,

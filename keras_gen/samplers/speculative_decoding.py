@@ -11,7 +11,9 @@ from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
 from keras_gen.samplers.sampler import log_prob_outputs
 from keras_gen.kernels import stopping
-from keras_gen.utils.checks import check_count
+from keras_gen.utils import checks
+from keras_gen.utils.checks import MAX_NGRAM_SIZE
+from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
 
 
 # The default of `num_speculative_tokens`.
@@ -195,11 +197,11 @@ class SpeculativeSampler(Sampler):
         self.sampler = sampler
         self.target = target
         self.draft = draft
-        self.num_speculative_tokens = check_count(
-            "num_speculative_tokens", num_speculative_tokens
+        self.num_speculative_tokens = checks.check_int(
+            "num_speculative_tokens", num_speculative_tokens, 1, MAX_SPECULATIVE_TOKENS
         )
-        self.prompt_lookup_ngram = check_count(
-            "prompt_lookup_ngram", prompt_lookup_ngram, allow_none=True
+        self.prompt_lookup_ngram = checks.check_int(
+            "prompt_lookup_ngram", prompt_lookup_ngram, 1, MAX_NGRAM_SIZE, allow_none=True
         )
         self.greedy = isinstance(sampler, GreedySampler)
         # Buffers and caches are this much wider than the token buffer: a

@@ -305,10 +305,15 @@ class Engine:
                 time.sleep(0.01)
 
     def close(self, timeout=30):
-        """Stop the step thread; unfinished requests end with `EngineClosed`."""
+        """Stop the step thread; unfinished requests end with `EngineClosed`
+        at once, even while a step (or a compile) still runs: the thread
+        then ends after it, within `timeout` seconds if it can."""
         with self._condition:
             self._closed = True
             self._condition.notify_all()
+            handles = [job.handle for job in [*self._jobs, *self._waiting]]
+        for handle in handles:
+            handle.finish(EngineClosed("The engine was closed."))
         self._thread.join(timeout)
 
     def __enter__(self):

@@ -47,8 +47,12 @@ class GenerationHandle:
         self._deliver(chunk)
 
     def finish(self, error=None):
-        self._error = error
-        self._deliver(_END)
+        """End the request (with `error`, if any); later calls do nothing."""
+        with self._condition:  # re-entrant: `_deliver` takes it too
+            if self._done:
+                return
+            self._error = error
+            self._deliver(_END)
 
     def _deliver(self, item):
         with self._condition:

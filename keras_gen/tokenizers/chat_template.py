@@ -34,29 +34,53 @@ class ChatTemplate:
         template: the template source, or `None` for the default.
         bos_token: str, the model's begin token text (`""` if none).
         eos_token: str, the model's end token text (`""` if none).
+        origin: where the template comes from (a file), named in errors.
+
+    Raises:
+        TypeError: the template is not a string.
+        ValueError: it is not valid jinja2 (the message has the line).
 
     Examples:
     >>> ChatTemplate().render([{"role": "user", "content": "Hi"}])
     'User: Hi\\nAssistant:'
     """
 
-    def __init__(self, template=None, bos_token="", eos_token=""):
+    def __init__(self, template=None, bos_token="", eos_token="", origin=None):
+        where = f" of {origin}" if origin else ""
+        if template is not None and not isinstance(template, str):
+            raise TypeError(
+                f"The chat template{where} must be a string (or a list of "
+                f"{{'name', 'template'}} objects). Received: {template!r:.200}"
+            )
         self.is_default = template is None
         self.source = DEFAULT_CHAT_TEMPLATE if template is None else template
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True
         )
         environment.globals["raise_exception"] = _raise_exception
-        self.template = environment.from_string(self.source)
+        try:
+            self.template = environment.from_string(self.source)
+        except jinja2.TemplateSyntaxError as error:
+            raise ValueError(
+                f"The chat template{where} is not valid jinja2: {error.message} "
+                f"(line {error.lineno})."
+            ) from None
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
 
     @classmethod
-    def from_tokenizer(cls, tokenizer):
-        """The template of a `keras_gen.tokenizers.Tokenizer`'s config."""
+    def from_tokenizer(cls, tokenizer, origin=None):
+        """The template of a `keras_gen.tokenizers.Tokenizer`'s config
+        (`origin`: the file it was read from, named in errors)."""
         config = getattr(tokenizer, "config", {}) or {}
         template = config.get("chat_template")
         if isinstance(template, list):
+            if not all(isinstance(t, dict) for t in template):
+                raise TypeError(
+                    f"The chat templates{f' of {origin}' if origin else ''} must "
+                    "be objects with a 'name' and a 'template'. Received: "
+                    f"{template!r:.200}"
+                )
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default") or next(iter(named.values()), None)
 
@@ -69,6 +93,7 @@ class ChatTemplate:
             template,
             bos_token=text(getattr(tokenizer, "bos_token_id", None)),
             eos_token=text(getattr(tokenizer, "eos_token_id", None)),
+            origin=origin,
         )
 
     @property

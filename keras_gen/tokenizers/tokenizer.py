@@ -8,6 +8,9 @@ import re
 
 import tokenizers
 
+from keras_gen.tokenizers.chat_template import ChatTemplate
+from keras_gen.utils.files import read_json_object
+
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # transformers 4.43 and later save the chat template in a file of its own.
@@ -17,13 +20,7 @@ ID_CONFIG_FILES = ("generation_config.json", "config.json")
 
 
 def _read_json(path):
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    return read_json_object(path, missing={})
 
 
 def _token_content(token):
@@ -151,13 +148,17 @@ class Tokenizer:
         for id_config in id_configs:
             eos_token_ids = eos_token_ids or _as_list(id_config.get("eos_token_id"))
         bos, pad = special_id("bos"), special_id("pad")
-        return cls(
+        loaded = cls(
             tokenizer,
             bos_token_id=bos[0] if bos else None,
             eos_token_ids=eos_token_ids or special_id("eos"),
             pad_token_id=pad[0] if pad else None,
             config=config,
         )
+        if "chat_template" in config:  # checked now, not at the first chat
+            file = CHAT_TEMPLATE_FILE if os.path.isfile(template_file) else TOKENIZER_CONFIG_FILE
+            ChatTemplate.from_tokenizer(loaded, origin=os.path.join(path, file))
+        return loaded
 
     @property
     def vocabulary_size(self):

@@ -87,6 +87,15 @@ def _examples(x):
             )
         else:
             return None
+    kinds = {type(example): i for i, example in enumerate(examples)}
+    if len(kinds) > 1:
+        first, second = sorted(kinds.values())[:2]
+        raise TypeError(
+            f"Examples {first} and {second} are of different kinds "
+            f"({x[first]!r:.80} and {x[second]!r:.80}): give strings, "
+            "(prompt, completion) pairs or conversations, one kind per call "
+            "(they weigh the loss differently)."
+        )
     return examples
 
 

@@ -21,6 +21,8 @@ import safetensors.numpy
 
 from keras_gen.models import architectures
 from keras_gen.training import lora
+from keras_gen.utils import checks
+from keras_gen.utils.files import read_json_object
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -101,8 +103,7 @@ def _read_config(path):
             f"No {CONFIG_FILE} in {path!r}: a PEFT adapter folder holds "
             f"{CONFIG_FILE} and {WEIGHTS_FILE}."
         )
-    with open(config_file, encoding="utf-8") as f:
-        config = json.load(f)
+    config = read_json_object(config_file)
     if config.get("peft_type") != "LORA":
         raise ValueError(
             f"{config_file} holds a {config.get('peft_type')!r} adapter; "
@@ -119,7 +120,35 @@ def _read_config(path):
             f"{config_file} sets {named}: keras-gen loads plain LoRA adapters "
             "(no DoRA, no bias training, no fully saved modules)."
         )
+    rank, alpha = config.get("r", 8), config.get("lora_alpha", 8)
+    if not checks.is_int(rank) or rank < 1:
+        raise ValueError(f"{config_file}: `r` must be an int >= 1. Received: {rank!r}")
+    if not checks.is_number(alpha) or not math.isfinite(alpha):
+        raise ValueError(
+            f"{config_file}: `lora_alpha` must be a finite number. Received: {alpha!r}"
+        )
+    targets = config.get("target_modules")
+    try:
+        if isinstance(targets, str):
+            re.compile(targets)
+        elif targets is not None and not all(isinstance(t, str) for t in targets):
+            raise TypeError
+    except (TypeError, re.error):
+        raise ValueError(
+            f"{config_file}: `target_modules` must be a list of names or a "
+            f"regular expression. Received: {targets!r:.200}"
+        ) from None
     return config
+
+
+def _targeted(targets, name):
+    """Whether PEFT's `target_modules` (names, or one regular expression)
+    selects the module `name`."""
+    if targets is None:
+        return True
+    if isinstance(targets, str):
+        return re.fullmatch(targets, name) is not None
+    return any(name == t or name.endswith("." + t) for t in targets)
 
 
 def _pattern_value(patterns, name, default):
@@ -128,6 +157,43 @@ def _pattern_value(patterns, name, default):
         if re.match(rf"(.*\.)?({pattern})$", name):
             return value
     return default
+
+
+def _read_pairs(weights_file):
+    """`{module name: {"A": matrix, "B": matrix}}` from the weights file."""
+    pairs = collections.defaultdict(dict)
+    with safetensors.safe_open(weights_file, framework="numpy") as f:
+        for key in f.keys():
+            name = key.removeprefix(PREFIX).replace(".default.", ".")
+            for part, suffix in SUFFIXES.items():
+                if name.endswith(suffix):
+                    pairs[name.removesuffix(suffix)][part] = f.get_tensor(key)
+                    break
+            else:
+                raise ValueError(
+                    f"{weights_file} holds {key!r}, which is not a LoRA matrix "
+                    "of a projection (embedding adapters are not supported)."
+                )
+    return pairs
+
+
+def _check_pair(weights_file, config, name, pair):
+    """The adapter of module `name` agrees with the config: its rank, and
+    finite numbers."""
+    rank = pair["A"].shape[0]
+    expected = _pattern_value(config.get("rank_pattern"), name, config.get("r", 8))
+    if rank != expected:
+        raise ValueError(
+            f"{weights_file}: the adapter of {name} has rank {rank}, but its "
+            f"config says r={expected} (is it the adapter of another config?)."
+        )
+    for part, matrix in pair.items():
+        if not np.issubdtype(matrix.dtype, np.floating) or not np.all(
+            np.isfinite(matrix)
+        ):
+            raise ValueError(
+                f"{weights_file}: lora_{part} of {name} must hold finite floats."
+            )
 
 
 def load(causal_lm, path):
@@ -142,19 +208,21 @@ def load(causal_lm, path):
         )
     backbone = causal_lm.backbone
     modules = _modules(backbone)
-    pairs = collections.defaultdict(dict)
-    with safetensors.safe_open(weights_file, framework="numpy") as f:
-        for key in f.keys():
-            name = key.removeprefix(PREFIX).replace(".default.", ".")
-            for part, suffix in SUFFIXES.items():
-                if name.endswith(suffix):
-                    pairs[name.removesuffix(suffix)][part] = f.get_tensor(key)
-                    break
-            else:
-                raise ValueError(
-                    f"{weights_file} holds {key!r}, which is not a LoRA matrix "
-                    "of a projection (embedding adapters are not supported)."
-                )
+    targets = config.get("target_modules")
+    if not any(_targeted(targets, name) for name in modules):
+        raise ValueError(
+            f"The `target_modules` of {os.path.join(path, CONFIG_FILE)} "
+            f"({targets!r:.200}) match none of this {type(backbone).__name__}'s "
+            f"projections (such as {sorted(modules)[:3]})."
+        )
+    try:
+        pairs = _read_pairs(weights_file)
+    except (OSError, safetensors.SafetensorError) as error:
+        raise ValueError(
+            f"{weights_file} is not a readable safetensors file: {error}"
+        ) from None
+    if not pairs:
+        raise ValueError(f"{weights_file} holds no LoRA matrices.")
     unknown = sorted(set(pairs) - set(modules))
     if unknown:
         raise ValueError(
@@ -172,6 +240,7 @@ def load(causal_lm, path):
         )
     by_rank = collections.defaultdict(list)
     for name, pair in pairs.items():
+        _check_pair(weights_file, config, name, pair)
         layer, _ = modules[name]
         rank = pair["A"].shape[0]
         shapes = (tuple(pair["A"].shape), tuple(pair["B"].shape))

@@ -16,8 +16,18 @@ import numpy as np
 MIN_TEMPERATURE = 1e-5
 # The largest finite float32.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-# The largest n-gram `NoRepeatNGram` bans (it unrolls its comparison).
+# The largest n-gram `NoRepeatNGram` bans or prompt lookup matches (their
+# comparisons are unrolled).
 MAX_NGRAM_SIZE = 16
+# Tokens a speculative draft may propose per step.
+MAX_SPECULATIVE_TOKENS = 32
+# Token id sequences (bad words, stop sequences, sequence biases): how many
+# an option may hold, and how long each may be (the loop compares a
+# sequence token by token, unrolled).
+MAX_ID_SEQUENCES = 1024
+MAX_ID_SEQUENCE_LENGTH = 32
+# The largest int32: larger counts overflow the compiled programs.
+INT32_MAX = 2**31 - 1
 
 
 def is_int(value):
@@ -146,8 +156,15 @@ def check_token_ids(name, token_ids, allow_empty=False):
     return [int(t) for t in token_ids]
 
 
+def _short(value, limit=200):
+    """`repr(value)`, cut to `limit` characters (errors quote huge inputs)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_token_sequences(name, sequences):
-    """A non-empty list of non-empty token id lists."""
+    """A non-empty list of at most `MAX_ID_SEQUENCES` non-empty token id
+    lists, each at most `MAX_ID_SEQUENCE_LENGTH` long."""
     if (
         not isinstance(sequences, (list, tuple))
         or not sequences
@@ -155,19 +172,36 @@ def check_token_sequences(name, sequences):
     ):
         raise ValueError(
             f"`{name}` must be a non-empty list of token id lists. "
-            f"Received: {name}={sequences!r}"
+            f"Received: {name}={_short(sequences)}"
+        )
+    if len(sequences) > MAX_ID_SEQUENCES or any(
+        len(s) > MAX_ID_SEQUENCE_LENGTH for s in sequences
+    ):
+        raise ValueError(
+            f"`{name}` may hold at most {MAX_ID_SEQUENCES} sequences of at most "
+            f"{MAX_ID_SEQUENCE_LENGTH} token ids. Received {len(sequences)} "
+            f"sequences, the longest {max(map(len, sequences))} ids."
         )
     return [check_token_ids(name, sequence) for sequence in sequences]
 
 
-def check_strings(name, strings):
-    """A list of non-empty strings (a lone string is refused, not split)."""
+def check_strings(name, strings, max_count=None, max_length=None):
+    """A list of non-empty strings (a lone string is refused, not split):
+    at most `max_count` of them, each at most `max_length` characters."""
     if isinstance(strings, str) or not isinstance(strings, (list, tuple)):
         raise TypeError(
-            f"`{name}` must be a list of strings. Received: {name}={strings!r}"
+            f"`{name}` must be a list of strings. Received: {name}={_short(strings)}"
         )
     if not all(isinstance(s, str) and s for s in strings):
         raise ValueError(
-            f"`{name}` must be a list of non-empty strings. Received: {name}={strings!r}"
+            f"`{name}` must be a list of non-empty strings. "
+            f"Received: {name}={_short(strings)}"
+        )
+    too_many = max_count is not None and len(strings) > max_count
+    if too_many or (max_length is not None and max(map(len, strings), default=0) > max_length):
+        raise ValueError(
+            f"`{name}` may hold at most {max_count} strings of at most "
+            f"{max_length} characters. Received {len(strings)} strings, the "
+            f"longest {max(map(len, strings))} characters."
         )
     return list(strings)

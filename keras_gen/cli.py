@@ -372,7 +372,9 @@ def _first_line(error):
 def read_prompt(prompt):
     if prompt == "-":
         try:
-            prompt = sys.stdin.buffer.read().decode("utf-8")
+            # Bytes, decoded here: a bad byte is the user's error, not ours.
+            binary = getattr(sys.stdin, "buffer", None)
+            prompt = sys.stdin.read() if binary is None else binary.read().decode()
         except UnicodeDecodeError as error:
             raise UsageError(f"the prompt on stdin is not UTF-8 text ({error})") from None
     if not prompt:

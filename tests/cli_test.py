@@ -84,7 +84,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--top-k", "-1"], "--top-k must be >= 0"),
+        (["--top-k", "-1"], "--top-k must be in [0, 2147483647]"),
         (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--temperature", "nan"], "--temperature must be finite"),
         (["--repetition-penalty", "0"], "--repetition-penalty: `penalty` must be in"),

@@ -277,7 +277,10 @@ def matmul_transposed(x, y):
     if rows.shape[0] <= 3 and _FEW_ROWS["linear"]:
         product = torch.nn.functional.linear(rows, y)
     else:
-        product = (y @ rows.t()).t()
+        # Made row-major: inductor lays a transposed product out as it
+        # likes, and a `torch.cond` branch that reads it (lifted from its
+        # closure) asserted another layout (4 rows and more).
+        product = (y @ rows.t()).t().contiguous()
     return product.reshape(*x.shape[:-1], y.shape[0])
 
 

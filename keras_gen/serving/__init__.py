@@ -15,6 +15,7 @@ _EXPORTS = {
     "EngineFull": "keras_gen.serving.engine",
     "EngineMetrics": "keras_gen.serving.engine_metrics",
     "GenerationHandle": "keras_gen.serving.generation_handle",
+    "RequestCancelled": "keras_gen.serving.generation_handle",
     "create_app": "keras_gen.serving.openai_app",
     "serve": "keras_gen.serving.openai_app",
 }

@@ -9,6 +9,10 @@ from keras_gen.streaming.generation_output import GenerationOutput
 _END = object()
 
 
+class RequestCancelled(RuntimeError):
+    """`result()` of a request cancelled before its first token."""
+
+
 class GenerationHandle:
     """What `Engine.submit` returns: the chunks of one request as they come.
 
@@ -21,7 +25,10 @@ class GenerationHandle:
     stops generating for it; its slots free at the engine's next chunk.
 
     A request that cannot finish (the engine was closed, or generation
-    failed) raises the error from the iteration and from `result()`.
+    failed) raises the error from the iteration and from `result()`; the
+    `result()` of a request cancelled before its first token raises
+    `RequestCancelled` (after that, it holds what came, with the finish
+    reason `"cancelled"`).
 
     Examples:
     >>> handle = engine.submit("The for statement", max_new_tokens=16)  # doctest: +SKIP
@@ -121,4 +128,9 @@ class GenerationHandle:
                 raise TimeoutError("The request did not finish in time.")
         if self._error is not None:
             raise self._error
-        return GenerationOutput.join(self._chunks)
+        if not self._chunks:  # cancelled before anything came
+            raise RequestCancelled("The request was cancelled before its first token.")
+        record = GenerationOutput.join(self._chunks)
+        if self.cancelled:  # rows the cancel cut
+            record.finish_reasons = [r or "cancelled" for r in record.finish_reasons]
+        return record

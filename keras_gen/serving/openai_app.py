@@ -8,6 +8,7 @@ server-sent events ending with `data: [DONE]`.
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -30,6 +31,15 @@ from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
 
 MAX_BODY_BYTES = 1 << 20
+# A request's preparation (its options, tokenizing, a constraint's
+# automaton) runs on these threads: never on the event loop, which keeps
+# answering (`/health` among others), nor on the engine's step thread.
+PREPARE_THREADS = 2
+# Requests that may be in preparation at once; more get a 429.
+MAX_PREPARING = 64
+# Seconds a preparation may take before its request gets a 503 (the work
+# then ends on its own, and what it submitted is cancelled).
+PREPARE_TIMEOUT = 60.0
 OBJECTS = {
     "completion": ("cmpl", "text_completion", "text_completion"),
     "chat": ("chatcmpl", "chat.completion", "chat.completion.chunk"),
@@ -311,6 +321,56 @@ def _submit(engine, request):
     return handles
 
 
+class _Preparation:
+    """Requests prepared on a few threads, a bounded number at once, each
+    within `PREPARE_TIMEOUT` seconds."""
+
+    def __init__(self):
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            PREPARE_THREADS, thread_name_prefix="keras-gen-prepare"
+        )
+        self.running = 0  # read and written on the event loop only
+
+    async def run(self, work):
+        """`work()`'s result: a list of engine handles, or a pair whose
+        second item is one."""
+        if self.running >= MAX_PREPARING:
+            raise APIError(
+                f"{MAX_PREPARING} requests are being prepared; try again.",
+                status=429,
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+            )
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, work)
+        self.running += 1
+
+        def ended(_):
+            self.running -= 1
+
+        future.add_done_callback(ended)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), PREPARE_TIMEOUT)
+        except asyncio.TimeoutError:
+            future.add_done_callback(_cancel_prepared)
+            raise APIError(
+                f"Preparing the request took more than {PREPARE_TIMEOUT:g} s "
+                "(a large structured output?).",
+                status=503,
+                type="server_error",
+                code="timeout",
+            ) from None
+
+    def close(self):
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _cancel_prepared(future):
+    """Cancel what a preparation that came too late submitted."""
+    if not future.cancelled() and future.exception() is None:
+        _cancel(future.result()[1])
+
+
 def _unavailable(error):
     return APIError(str(error), status=503, type="server_error", code="unavailable")
 
@@ -445,7 +505,7 @@ class _ServerErrors:
             await response(scope, receive, send)
 
 
-def _add_routes(app, engine, served, started, max_body_bytes):
+def _add_routes(app, engine, served, started, max_body_bytes, preparation):
     """The five endpoints."""
     import keras
 
@@ -483,8 +543,12 @@ def _add_routes(app, engine, served, started, max_body_bytes):
 
     async def generate(request, kind):
         body = await _read_json(request, max_body_bytes)
-        parsed = CompletionRequest(body, kind, served)
-        handles = _submit(engine, parsed)
+
+        def prepare():
+            parsed = CompletionRequest(body, kind, served)
+            return parsed, _submit(engine, parsed)
+
+        parsed, handles = await preparation.run(prepare)
         completion = _Completion(parsed, served)
         if parsed.stream:
             return fastapi.responses.StreamingResponse(
@@ -596,6 +660,7 @@ def create_app(
             await asyncio.to_thread(engine.warm_up)
             log.info("Compiled in %.1f s.", time.perf_counter() - begun)
         yield
+        preparation.close()
         await asyncio.to_thread(engine.close)
 
     app = fastapi.FastAPI(
@@ -605,7 +670,8 @@ def create_app(
     app.state.served = served
 
     _add_error_handlers(app)
-    _add_routes(app, engine, served, started, max_body_bytes)
+    preparation = _Preparation()
+    _add_routes(app, engine, served, started, max_body_bytes, preparation)
     return app
 
 

@@ -9,6 +9,9 @@ import pytest
 from keras_gen import cli
 from tests.text_models import save_tiny_text_model
 
+# File and argument checks do not depend on the backend.
+pytestmark = pytest.mark.only_backend("jax")
+
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):

@@ -11,6 +11,9 @@ import safetensors.numpy
 
 from keras_gen.models import CausalLM
 
+# File and argument checks do not depend on the backend.
+pytestmark = pytest.mark.only_backend("jax")
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):

@@ -61,10 +61,7 @@ def read_config(path):
             f"No {CONFIG_FILE} in {path!r}: a Hugging Face model folder "
             "needs one to say which architecture it holds."
         )
-    config = read_json_object(config_file)
-    if not isinstance(config, dict):
-        raise ValueError(f"{config_file} must hold a JSON object.")
-    return config
+    return read_json_object(config_file)
 
 
 def architecture(config):

@@ -19,10 +19,6 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"
 ID_CONFIG_FILES = ("generation_config.json", "config.json")
 
 
-def _read_json(path):
-    return read_json_object(path, missing={})
-
-
 def _token_content(token):
     # `tokenizer_config.json` writes a token as a string or as an
     # `AddedToken` dict with its text under "content".
@@ -128,12 +124,14 @@ class Tokenizer:
             raise ValueError(
                 f"{tokenizer_file} is not a valid tokenizer file: {error}"
             ) from error
-        config = _read_json(os.path.join(path, TOKENIZER_CONFIG_FILE))
+        config = read_json_object(os.path.join(path, TOKENIZER_CONFIG_FILE), missing={})
         template_file = os.path.join(path, CHAT_TEMPLATE_FILE)
         if os.path.isfile(template_file):
             with open(template_file, encoding="utf-8") as f:
                 config["chat_template"] = f.read()
-        id_configs = [_read_json(os.path.join(path, f)) for f in ID_CONFIG_FILES]
+        id_configs = [
+            read_json_object(os.path.join(path, f), missing={}) for f in ID_CONFIG_FILES
+        ]
 
         def special_id(name):
             token = _token_content(config.get(f"{name}_token"))

@@ -42,8 +42,10 @@ class ConstraintTables:
             packed once, however many rows follow it).
         vocabulary_size: the model's vocabulary size.
         min_shapes: `None`, or the `arrays` shapes of earlier tables: these
-            are at least as large (the serving engine's tables only grow,
-            so that their programs settle).
+            are at least as large.
+        capacity: `None`, or `(states, transitions)`: the tables are
+            exactly this large, whatever they hold (the serving engine's:
+            its programs never change shape).
 
     Attributes:
         offsets: the global number of each automaton's start state.
@@ -58,7 +60,7 @@ class ConstraintTables:
             set of tables can (the message says how many).
     """
 
-    def __init__(self, automata, vocabulary_size, min_shapes=None):
+    def __init__(self, automata, vocabulary_size, min_shapes=None, capacity=None):
         self.automata = list(automata)
         self.vocabulary_size = vocabulary_size
         self.keys = [automaton.key for automaton in self.automata]
@@ -67,7 +69,9 @@ class ConstraintTables:
         for automaton in self.automata:
             self.offsets.append(offset)
             offset += automaton.num_states
-        states, transitions = self.sizes(self.automata, vocabulary_size, min_shapes)
+        states, transitions = self.sizes(
+            self.automata, vocabulary_size, min_shapes, capacity
+        )
         allowed = np.zeros((states, words(vocabulary_size)), "int32")
         allowed[FREE] = -1  # every bit
         accepting = np.zeros((states,), "int32")
@@ -93,22 +97,34 @@ class ConstraintTables:
         }
 
     @staticmethod
-    def sizes(automata, vocabulary_size, min_shapes=None):
-        """`(states, transitions)`: the padded table sizes `automata` need.
+    def sizes(automata, vocabulary_size, min_shapes=None, capacity=None):
+        """`(states, transitions)`: the padded table sizes `automata` need
+        (`capacity` when given, if they fit in it).
 
         Raises:
             ValueError: they are beyond what one set of tables holds.
         """
         needed = 2 + sum(a.num_states for a in automata)
         count = sum(len(a.transitions) for a in automata)
-        min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
-        states = max(_bucket(needed, MIN_STATES), min_shapes["allowed"][0])
-        transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
+        if capacity is not None:
+            if needed > capacity[0] or count > capacity[1]:
+                raise ValueError(
+                    f"The structured output constraints need {needed} states "
+                    f"and {count} token transitions; the engine's tables hold "
+                    f"{capacity[0]} states and {capacity[1]} transitions (see "
+                    "`Engine(constraint_states=..., constraint_transitions=...)`). "
+                    "Simplify the schema or send fewer different ones at once."
+                )
+            states, transitions = capacity
+        else:
+            min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
+            states = max(_bucket(needed, MIN_STATES), min_shapes["allowed"][0])
+            transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
         if states * vocabulary_size > MAX_KEY or transitions > MAX_TRANSITIONS:
             raise ValueError(
-                f"The structured output constraints need {needed} states and "
-                f"{count} token transitions over {vocabulary_size} tokens; one "
-                f"batch holds at most {MAX_KEY // vocabulary_size} states and "
+                f"The structured output constraints need {states} states and "
+                f"{transitions} token transitions over {vocabulary_size} tokens; "
+                f"one batch holds at most {MAX_KEY // vocabulary_size} states and "
                 f"{MAX_TRANSITIONS} transitions. Simplify the schema or send "
                 "fewer different ones at once."
             )

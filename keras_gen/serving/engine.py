@@ -67,6 +67,11 @@ WIDE_OUTPUTS = ("scores", "logits", "hidden_states")
 # most steps.
 CHUNK_SECONDS = 0.05
 MAX_CHUNK_STEPS = 32
+# The default size of the structured-output tables: every running
+# request's automaton together (a JSON object over the demo's 2,048 tokens
+# takes 1,623 states and 167,331 transitions).
+CONSTRAINT_STATES = 8192
+CONSTRAINT_TRANSITIONS = 1 << 20
 
 
 class EngineFull(RuntimeError):
@@ -149,6 +154,13 @@ class Engine:
         top_logprobs: int, the most alternatives a request may ask for.
         generation_config: a `GenerationConfig` (or dict): the options of a
             request that sets none; by default `lm.generation_config`.
+        constraint_states: int, the structured-output states the engine's
+            tables hold (every running request's automaton together).
+        constraint_transitions: int, their token transitions. The tables
+            are this large from the start, so that structured requests
+            never change a program's shapes (nothing compiles after
+            `warm_up`); a request whose automaton does not fit beside the
+            running ones fails alone.
         processors: a dict from a name to a `LogitsProcessor` class or
             instance (your own included): processors a request may select
             (`submit(..., processors=...)`). Each runs in the step with its
@@ -174,6 +186,8 @@ class Engine:
         top_logprobs=MAX_TOP_LOGPROBS,
         generation_config=None,
         processors=None,
+        constraint_states=CONSTRAINT_STATES,
+        constraint_transitions=CONSTRAINT_TRANSITIONS,
     ):
         self.lm = lm
         self.generation_config = (
@@ -227,8 +241,15 @@ class Engine:
         # outputs), twice over: table and lane sizes add a few.
         buckets = len(self.row_buckets) * len(self.length_buckets)
         self.programs = ProgramCache(4 * (2 * buckets + len(self.prompt_buckets)))
-        # The running requests' automata, packed, and their device copies.
-        self._tables = ConstraintTables([], lm.backbone.vocabulary_size)
+        # The running requests' automata, packed in tables of a fixed size,
+        # and their device copies.
+        self.constraint_capacity = (
+            check_count("constraint_states", constraint_states),
+            check_count("constraint_transitions", constraint_transitions),
+        )
+        self._tables = ConstraintTables(
+            [], lm.backbone.vocabulary_size, capacity=self.constraint_capacity
+        )
         self._table_tensors = None
         # Keras keeps the distribution per thread: the step thread runs under
         # the creator's (slots split over its data axis).
@@ -422,6 +443,10 @@ class Engine:
         lanes = self._lanes.match(reader.processors)
         settings = _settings(sampler, reader)
         automaton = _automaton(structured, reader, lm)
+        if automaton is not None:  # it fits alone, or it is refused now
+            ConstraintTables.sizes(
+                [automaton], lm.backbone.vocabulary_size, capacity=self.constraint_capacity
+            )
         return _Job(
             reader, GenerationHandle(rows), settings, lanes, config.max_time, automaton
         )
@@ -568,7 +593,7 @@ class Engine:
         tables = ConstraintTables(
             needed.values(),
             self._tables.vocabulary_size,
-            {name: array.shape for name, array in self._tables.arrays.items()},
+            capacity=self.constraint_capacity,
         )
         states = self._host["constraint_state"]
         held = {slot for running in self._jobs for slot in running.slots}
@@ -904,7 +929,6 @@ def _automaton(structured, reader, lm):
     automaton = Automaton.from_regex(
         constraint.pattern(), lm.tokenizer, lm.backbone.vocabulary_size
     )
-    ConstraintTables.sizes([automaton], lm.backbone.vocabulary_size)  # it fits
     return automaton
 
 

@@ -179,6 +179,14 @@ def test_no_compile_after_warm_up(lm):
         for prompt, config in mixed_requests(8, seed=2):
             engine.submit(prompt, config).result(TIMEOUT)
         engine.submit(list(range(1, 60)), max_new_tokens=5).result(TIMEOUT)
+        # Structured requests keep the tables' shapes: nothing compiles
+        # after them either, for any occupancy or prompt length.
+        for response_format in ({"regex": "[a-z]{2,5}"}, {"choice": ["yes", "no"]}):
+            engine.submit("The", response_format=response_format, max_new_tokens=6)
+        engine.submit(
+            "A class", max_new_tokens=6, num_return_sequences=2, temperature=0.7, seed=1
+        ).result(TIMEOUT)
+        engine.submit(list(range(1, 60)), max_new_tokens=5).result(TIMEOUT)
         assert engine.compilations == before
         with pytest.raises(RuntimeError, match="before any request"):
             engine.submit("The", max_new_tokens=50, stop_token_ids=[])
@@ -232,15 +240,14 @@ def test_structured_requests_equal_each_request_alone(lm):
 
 
 @pytest.mark.only_backend("jax", "torch")
-def test_constraints_beyond_the_tables_fail_alone(lm, monkeypatch):
-    from keras_gen.kernels import constraint_tables
-
+def test_constraints_beyond_the_tables_fail_alone(lm):
     # 167 and 149 transitions: each fits in 256 alone, not both together.
     words = {"regex": "[a-z]{2,4}"}
     numbers = {"regex": "[0-9a-f]{4,8}"}
-    with Engine(lm, max_batch_size=4, max_length=64) as engine:
-        monkeypatch.setattr(constraint_tables, "MAX_TRANSITIONS", 256)
-        with pytest.raises(ValueError, match="at most .* 256 transitions"):
+    with Engine(
+        lm, max_batch_size=4, max_length=64, constraint_transitions=256
+    ) as engine:
+        with pytest.raises(ValueError, match="hold .* 256 transitions"):
             engine.submit("The", response_format={"regex": "[a-z]{1,30}"},
                           max_new_tokens=4)
         # Both wait while the step thread is held: one admission takes both.

@@ -332,8 +332,8 @@ class _Preparation:
         self.running = 0  # read and written on the event loop only
 
     async def run(self, work):
-        """`work()`'s result: a list of engine handles, or a pair whose
-        second item is one."""
+        """`work()`'s result, a `(request, handles)` pair, computed on a
+        preparation thread."""
         if self.running >= MAX_PREPARING:
             raise APIError(
                 f"{MAX_PREPARING} requests are being prepared; try again.",

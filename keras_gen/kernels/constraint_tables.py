@@ -41,8 +41,6 @@ class ConstraintTables:
         automata: a list of `keras_gen.kernels.automaton.Automaton`s (each
             packed once, however many rows follow it).
         vocabulary_size: the model's vocabulary size.
-        min_shapes: `None`, or the `arrays` shapes of earlier tables: these
-            are at least as large.
         capacity: `None`, or `(states, transitions)`: the tables are
             exactly this large, whatever they hold (the serving engine's:
             its programs never change shape).
@@ -60,7 +58,7 @@ class ConstraintTables:
             set of tables can (the message says how many).
     """
 
-    def __init__(self, automata, vocabulary_size, min_shapes=None, capacity=None):
+    def __init__(self, automata, vocabulary_size, capacity=None):
         self.automata = list(automata)
         self.vocabulary_size = vocabulary_size
         self.keys = [automaton.key for automaton in self.automata]
@@ -69,9 +67,7 @@ class ConstraintTables:
         for automaton in self.automata:
             self.offsets.append(offset)
             offset += automaton.num_states
-        states, transitions = self.sizes(
-            self.automata, vocabulary_size, min_shapes, capacity
-        )
+        states, transitions = self.sizes(self.automata, vocabulary_size, capacity)
         allowed = np.zeros((states, words(vocabulary_size)), "int32")
         allowed[FREE] = -1  # every bit
         accepting = np.zeros((states,), "int32")
@@ -97,7 +93,7 @@ class ConstraintTables:
         }
 
     @staticmethod
-    def sizes(automata, vocabulary_size, min_shapes=None, capacity=None):
+    def sizes(automata, vocabulary_size, capacity=None):
         """`(states, transitions)`: the padded table sizes `automata` need
         (`capacity` when given, if they fit in it).
 
@@ -117,9 +113,8 @@ class ConstraintTables:
                 )
             states, transitions = capacity
         else:
-            min_shapes = min_shapes or {"allowed": (0,), "keys": (0,)}
-            states = max(_bucket(needed, MIN_STATES), min_shapes["allowed"][0])
-            transitions = max(_bucket(count, MIN_TRANSITIONS), min_shapes["keys"][0])
+            states = _bucket(needed, MIN_STATES)
+            transitions = _bucket(count, MIN_TRANSITIONS)
         if states * vocabulary_size > MAX_KEY or transitions > MAX_TRANSITIONS:
             raise ValueError(
                 f"The structured output constraints need {states} states and "

@@ -27,7 +27,9 @@ from keras_gen.processors import StructuredOutput
 from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.generation import options as options_lib
 from keras_gen.kernels.automaton import Automaton
+from keras_gen.kernels.automaton import words
 from keras_gen.kernels.constraint_tables import FREE
+from keras_gen.kernels.constraint_tables import MAX_KEY
 from keras_gen.kernels.constraint_tables import ConstraintTables
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
@@ -69,9 +71,12 @@ CHUNK_SECONDS = 0.05
 MAX_CHUNK_STEPS = 32
 # The default size of the structured-output tables: every running
 # request's automaton together (a JSON object over the demo's 2,048 tokens
-# takes 1,623 states and 167,331 transitions).
+# takes 1,623 states and 167,331 transitions). Fewer states for large
+# vocabularies: the table of allowed tokens stays within
+# `CONSTRAINT_BYTES` (a state holds a bit per token).
 CONSTRAINT_STATES = 8192
 CONSTRAINT_TRANSITIONS = 1 << 20
+CONSTRAINT_BYTES = 64 << 20
 
 
 class EngineFull(RuntimeError):
@@ -155,7 +160,10 @@ class Engine:
         generation_config: a `GenerationConfig` (or dict): the options of a
             request that sets none; by default `lm.generation_config`.
         constraint_states: int, the structured-output states the engine's
-            tables hold (every running request's automaton together).
+            tables hold (every running request's automaton together); by
+            default `CONSTRAINT_STATES`, fewer for vocabularies so large
+            that their table of allowed tokens would pass
+            `CONSTRAINT_BYTES`.
         constraint_transitions: int, their token transitions. The tables
             are this large from the start, so that structured requests
             never change a program's shapes (nothing compiles after
@@ -186,7 +194,7 @@ class Engine:
         top_logprobs=MAX_TOP_LOGPROBS,
         generation_config=None,
         processors=None,
-        constraint_states=CONSTRAINT_STATES,
+        constraint_states=None,
         constraint_transitions=CONSTRAINT_TRANSITIONS,
     ):
         self.lm = lm
@@ -243,6 +251,13 @@ class Engine:
         self.programs = ProgramCache(4 * (2 * buckets + len(self.prompt_buckets)))
         # The running requests' automata, packed in tables of a fixed size,
         # and their device copies.
+        vocabulary_size = lm.backbone.vocabulary_size
+        if constraint_states is None:
+            constraint_states = min(
+                CONSTRAINT_STATES,
+                MAX_KEY // vocabulary_size,
+                CONSTRAINT_BYTES // (4 * words(vocabulary_size)),
+            )
         self.constraint_capacity = (
             check_count("constraint_states", constraint_states),
             check_count("constraint_transitions", constraint_transitions),

@@ -144,3 +144,31 @@ def test_a_huge_token_list_costs_its_length_not_length_times_vocabulary():
     mask = ops.convert_to_numpy(token_mask(ids, 200_000))
     assert mask.shape == (1, 200_000) and mask.sum() == len(ids)
     assert mask[0, 3] and not mask[0, 4]
+
+
+EDGES = [
+    # (options, the value kept): the largest accepted values are accepted.
+    ({"top_k": 2**31 - 1}, 2**31 - 1),
+    ({"top_k": np.int64(5)}, 5),
+    ({"num_return_sequences": MAX_RETURN_SEQUENCES}, MAX_RETURN_SEQUENCES),
+    ({"num_beams": MAX_RETURN_SEQUENCES}, MAX_RETURN_SEQUENCES),
+    ({"prompt_lookup_ngram": checks.MAX_NGRAM_SIZE}, checks.MAX_NGRAM_SIZE),
+    ({"num_speculative_tokens": checks.MAX_SPECULATIVE_TOKENS}, checks.MAX_SPECULATIVE_TOKENS),
+    ({"stop_strings": ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS},
+     ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS),
+    ({"stop_sequences": [[1] * checks.MAX_ID_SEQUENCE_LENGTH]},
+     [[1] * checks.MAX_ID_SEQUENCE_LENGTH]),
+    ({"bad_words_ids": [[1, 2]] * checks.MAX_ID_SEQUENCES}, [[1, 2]] * checks.MAX_ID_SEQUENCES),
+    ({"logit_bias": {1: float("-inf")}}, {1: float("-inf")}),
+    ({"temperature": np.float32(0.7)}, 0.7),
+    ({"temperature": 0}, 0.0),
+    ({"top_p": 1}, 1.0),
+    ({"seed": 10**30}, 10**30),
+    ({"stop_token_ids": []}, []),
+]
+
+
+@pytest.mark.parametrize("options, kept", EDGES, ids=[repr(e[0])[:50] for e in EDGES])
+def test_the_largest_accepted_values_are_kept(options, kept):
+    ((name, _),) = options.items()
+    assert getattr(GenerationConfig.from_dict(options), name) == kept

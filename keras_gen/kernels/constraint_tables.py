@@ -18,6 +18,7 @@ from keras import ops
 from keras_gen.kernels.automaton import WORD_BITS
 from keras_gen.kernels.automaton import words
 from keras_gen.kernels.filters import token_mask
+from keras_gen.utils.checks import INT32_MAX
 
 FREE = 0
 DEAD = 1
@@ -25,7 +26,7 @@ DEAD = 1
 MIN_STATES = 16
 MIN_TRANSITIONS = 256
 # Transitions are looked up by `state * vocabulary_size + token` in int32.
-MAX_KEY = 2**31 - 1
+MAX_KEY = INT32_MAX
 # The most transitions one set of tables holds (16 bytes each on device).
 MAX_TRANSITIONS = 2**25
 

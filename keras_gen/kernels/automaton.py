@@ -19,6 +19,14 @@ MAX_REGEX_SIZE = 4096
 # Estimated states of one character that may be any of thousands of code
 # points (`.`, `[^...]`, `\p{...}`): their UTF-8 bytes take several.
 WIDE_CHARACTER_SIZE = 11
+# outlines-core builds its DFA for unanchored search too, which can take
+# time exponential in a repetition count when the pattern's first
+# character recurs inside it (`"(?:[^"\\]|\\"){0,30}"`: every escaped
+# quote may start another match). Every pattern is built behind this
+# character, a noncharacter no text holds, read by a token of its own;
+# the automaton starts after it.
+ANCHOR = "\U0010ffff".encode()
+ANCHOR_PATTERN = r"\x{10FFFF}"
 _REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
 _automata = LRUCache(MAX_AUTOMATA)
@@ -68,6 +76,9 @@ def regex_size(pattern):
     `\\p{...}`) `WIDE_CHARACTER_SIZE`; alternatives add up; a counted
     repetition `{n}`, `{n,}`, `{n,m}` copies what it repeats (`n + 1` or
     `m` times). Nested repetitions multiply, as they do in the automaton.
+
+    Raises:
+        ValueError: the parentheses do not balance.
     """
     # Per open group: the alternatives so far, this branch, its last atom.
     stack = [[0, 0, 0]]
@@ -88,7 +99,9 @@ def regex_size(pattern):
         elif c == "(":
             stack.append([0, 0, 0])
             i += 1
-        elif c == ")" and len(stack) > 1:
+        elif c == ")":
+            if len(stack) == 1:
+                raise ValueError(f"an unbalanced `)` at {i}")
             alternatives, branch, _ = stack.pop()
             size = alternatives + branch
             i += 1
@@ -112,16 +125,22 @@ def regex_size(pattern):
         if size is not None:
             stack[-1][1] += size
             stack[-1][2] = size
-    while len(stack) > 1:
-        alternatives, branch, _ = stack.pop()
-        stack[-1][1] += alternatives + branch
+    if len(stack) > 1:
+        raise ValueError("an unbalanced `(`")
     return stack[0][0] + stack[0][1], largest
 
 
 def check_regex_size(pattern, name="pattern"):
     """Raise a `ValueError` naming `name` if `pattern`'s automaton would
-    have more than `MAX_REGEX_SIZE` states (estimated by `regex_size`)."""
-    size, largest = regex_size(pattern)
+    have more than `MAX_REGEX_SIZE` states (estimated by `regex_size`),
+    or if its parentheses do not balance."""
+    try:
+        size, largest = regex_size(pattern)
+    except ValueError as error:
+        raise ValueError(
+            f"`{name}` {pattern[:200]!r} is not a regular expression: it has "
+            f"{error}."
+        ) from None
     if size > MAX_REGEX_SIZE:
         raise ValueError(
             f"`{name}` is too large: its automaton would have about {size} "
@@ -141,10 +160,13 @@ def check_regex(pattern, name="pattern"):
 
     def check():
         vocabulary = _vocabularies.get(
-            "bytes", lambda: Vocabulary(256, {bytes([b]): [b] for b in range(256)})
+            "bytes",
+            lambda: Vocabulary(
+                256, {bytes([b]): [b] for b in range(256)} | {ANCHOR: [257]}
+            ),
         )
         try:
-            Index(pattern, vocabulary)
+            Index(_anchored(pattern), vocabulary)
         except Exception as error:  # outlines-core raises plain errors
             raise ValueError(
                 f"`{name}` {pattern[:200]!r} is not a regular expression "
@@ -158,6 +180,10 @@ def check_regex(pattern, name="pattern"):
     return pattern
 
 
+def _anchored(pattern):
+    return f"{ANCHOR_PATTERN}(?:{pattern})"
+
+
 def _vocabulary(tokenizer, vocabulary_size):
     """outlines-core's `Vocabulary` of the tokenizer's non-special tokens."""
 
@@ -167,7 +193,9 @@ def _vocabulary(tokenizer, vocabulary_size):
             if token:  # not special, not empty
                 table.setdefault(token, []).append(token_id)
         # No token of the table ends a row: stop tokens are the loop's own
-        # (allowed in accepting states); this id is out of range.
+        # (allowed in accepting states); this id is out of range, and the
+        # anchor's the one after it.
+        table.setdefault(ANCHOR, []).append(vocabulary_size + 1)
         return Vocabulary(vocabulary_size, table)
 
     return _vocabularies.get((tokenizer.fingerprint, vocabulary_size), make)
@@ -230,7 +258,7 @@ class Automaton:
         pattern, _, vocabulary_size = key
         vocabulary = _vocabulary(tokenizer, vocabulary_size)
         try:
-            index = Index(pattern, vocabulary)
+            index = Index(_anchored(pattern), vocabulary)
         except Exception as error:  # outlines-core raises plain errors
             raise ValueError(
                 f"The regular expression {pattern[:200]!r} cannot be compiled "
@@ -238,9 +266,11 @@ class Automaton:
             ) from None
         transitions = index.get_transitions()
         finals = set(index.get_final_states())
-        initial = index.get_initial_state()
+        before_anchor = index.get_initial_state()
+        initial = transitions[before_anchor][vocabulary_size + 1]
         # Dense state numbers, the start first.
-        order = [initial] + sorted((set(transitions) | finals) - {initial})
+        states = set(transitions) | finals
+        order = [initial] + sorted(states - {initial, before_anchor})
         number = {state: i for i, state in enumerate(order)}
         rows, allowed = [], []
         for state in order:

@@ -6,7 +6,7 @@ aside before it runs (as placeholders) and replaced by expressions that
 hold only numbers within their bounds, written without exponent and with
 at most `MAX_FRACTION_DIGITS` digits after the point (a float64 holds 15
 to 17 significant digits), so that a sampled number cannot run on until
-the length limit.
+the length limit. Bounds beyond `LARGEST_BOUND` in size are moved in to it.
 """
 
 import json
@@ -20,6 +20,10 @@ WHITESPACE = r"[ ]?"
 MAX_FRACTION_DIGITS = 15
 FRACTION = rf"(\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?"
 ZERO_FRACTION = rf"(\.0{{1,{MAX_FRACTION_DIGITS}}})?"
+# The largest bound kept: a bound beyond it (`"maximum": 1e308`) moves in
+# to it, since the expression of the numbers up to a bound grows with the
+# square of its digits.
+LARGEST_BOUND = 10**18
 # A fraction that is not zero: it ends with a non-zero digit.
 NONZERO_FRACTION = rf"\.[0-9]{{0,{MAX_FRACTION_DIGITS - 1}}}[1-9]"
 
@@ -29,6 +33,8 @@ def _same_length(low, high):
     strings of one length."""
     if low == high:
         return [low]
+    if low == "0" * len(low) and high == "9" * len(high):  # any digits
+        return [f"[0-9]{{{len(low)}}}"]
     if len(low) == 1:
         return [f"[{low}-{high}]"]
     if low[0] == high[0]:
@@ -36,7 +42,7 @@ def _same_length(low, high):
     width = len(low) - 1
     parts = [low[0] + rest for rest in _same_length(low[1:], "9" * width)]
     if int(low[0]) + 1 <= int(high[0]) - 1:
-        parts.append(f"[{int(low[0]) + 1}-{int(high[0]) - 1}]" + "[0-9]" * width)
+        parts.append(f"[{int(low[0]) + 1}-{int(high[0]) - 1}][0-9]{{{width}}}")
     return parts + [high[0] + rest for rest in _same_length("0" * width, high[1:])]
 
 
@@ -156,6 +162,11 @@ def _numeric_regex(schema):
         return None
     low, low_open = _bound(schema, "minimum", "exclusiveMinimum", max)
     high, high_open = _bound(schema, "maximum", "exclusiveMaximum", min)
+    # Bounds beyond `LARGEST_BOUND` move inwards to it.
+    if low is not None and low < -LARGEST_BOUND:
+        low, low_open = -LARGEST_BOUND, False
+    if high is not None and high > LARGEST_BOUND:
+        high, high_open = LARGEST_BOUND, False
     if kind == "number":
         return number_regex(low, high, low_open, high_open)
     if low is None and high is None:

@@ -7,6 +7,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from keras_gen.kernels.json_schema import LARGEST_BOUND
 from keras_gen.kernels.json_schema import MAX_FRACTION_DIGITS
 from keras_gen.kernels.json_schema import integer_regex
 from keras_gen.kernels.json_schema import number_regex
@@ -110,3 +111,27 @@ def test_schema_bounds_reach_the_regex():
 def test_bad_schemas_say_why(schema, match):
     with pytest.raises(ValueError, match=match):
         schema_regex(schema)
+
+
+def test_long_bounds_are_exact_and_cost_their_digits_not_two_to_the_digits():
+    # 18-digit bounds (int64's range) match exactly their integers; the
+    # expression grows with the square of the digits, not exponentially.
+    low, high = -(2**63), 2**63 - 1
+    pattern = re.compile(integer_regex(low, high))
+    rng = np.random.default_rng(2)
+    for n in [low, high, low - 1, high + 1, 0, -1, 10**18, -(10**18)] + [
+        int(v) for v in rng.integers(low, high, 50, dtype=np.int64)
+    ]:
+        assert bool(pattern.fullmatch(str(n))) == (low <= n <= high), n
+    assert len(integer_regex(-(10**300), 10**300)) < 100_000
+
+
+@pytest.mark.parametrize("kind", ["integer", "number"])
+def test_bounds_beyond_the_largest_move_in_to_it(kind):
+    pattern = re.compile(
+        schema_regex({"type": kind, "minimum": -1e300, "maximum": 1e308})
+    )
+    assert pattern.fullmatch(str(LARGEST_BOUND))
+    assert pattern.fullmatch(str(-LARGEST_BOUND))
+    assert not pattern.fullmatch(str(LARGEST_BOUND + 1))
+    assert not pattern.fullmatch("1" + "0" * 300)

@@ -7,6 +7,8 @@ import numpy as np
 from keras import ops
 
 from keras_gen.layers.lean_call import LeanCall
+from keras_gen.utils.checks import check_int
+from keras_gen.utils.checks import check_positive
 
 
 def _llama3_frequencies(inverse_frequencies, factor, low_freq_factor,
@@ -52,6 +54,30 @@ def _longrope_frequencies(inverse_frequencies, short_factor, long_factor,
 
 # `rope_scaling["rope_type"]` -> (function of the base frequencies, the
 # scaling keys it takes). `None` is plain RoPE.
+def _check_scaling(scaling, keys):
+    """Every number of a scaling is finite and > 0 (a count >= 1), and
+    llama3's smoothing runs from the low to the high frequency factor."""
+    for key in keys + ("attention_factor",):
+        value = scaling.get(key)
+        name = f"scaling['{key}']"
+        if key == "attention_factor" and value is None:
+            continue
+        if key == "original_max_position_embeddings":
+            check_int(name, value, low=1)
+        elif key in ("short_factor", "long_factor"):
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"`{name}` must be a list of numbers. Received: {value!r}")
+            for factor in value:
+                check_positive(name, factor)
+        else:
+            check_positive(name, value)
+    if "low_freq_factor" in keys and scaling["low_freq_factor"] >= scaling["high_freq_factor"]:
+        raise ValueError(
+            "`scaling['low_freq_factor']` must be below `scaling['high_freq_factor']`. "
+            f"Received: {scaling}"
+        )
+
+
 SCALINGS = {
     "linear": (_linear_frequencies, ("factor",)),
     "longrope": (
@@ -110,7 +136,7 @@ class RotaryEmbedding(LeanCall, keras.layers.Layer):
                 f"`head_dim` must be even for rotary embeddings. Received: {head_dim}"
             )
         self.head_dim = head_dim
-        self.max_wavelength = max_wavelength
+        self.max_wavelength = check_positive("max_wavelength", max_wavelength)
         self.scaling = None if scaling is None else dict(scaling)
         exponents = np.arange(0, head_dim, 2, dtype="float32") / np.float32(head_dim)
         frequencies = (1.0 / (np.float32(max_wavelength) ** exponents)).astype(
@@ -130,6 +156,7 @@ class RotaryEmbedding(LeanCall, keras.layers.Layer):
                     f"`scaling` of type {rope_type!r} needs the keys {missing}. "
                     f"Received: {self.scaling}"
                 )
+            _check_scaling(self.scaling, keys)
             frequencies = function(frequencies, *(self.scaling[k] for k in keys))
         # Constants, not weights: nothing to load or train. Kept as Python
         # floats (exact float32 values) so every backend's compiler reads

@@ -39,6 +39,10 @@ OTHER_WEIGHT_PATTERNS = (
 # (GPT-2) and rotary frequencies (Llama).
 BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
+# How many more weights than the folder holds numbers a config may
+# describe (`_check_fits`).
+CONFIG_SLACK = 4
+
 DTYPES = ("float32", "bfloat16", "float16")
 NUMPY_DTYPES = {
     "float32": np.float32,
@@ -162,6 +166,15 @@ class WeightReader:
                 f"corrupt?): {error}"
             ) from error
 
+    def num_elements(self):
+        """How many numbers the files hold, read from their headers."""
+        total = 0
+        for file_path in set(self.names.values()):
+            weights = self._open(file_path)
+            for name in weights.keys():
+                total += int(np.prod(weights.get_slice(name).get_shape()))
+        return total
+
     def __enter__(self):
         return self
 
@@ -197,6 +210,13 @@ class WeightReader:
                 f"Weight {name!r} has shape {tuple(array.shape)}, but the model "
                 f"built from {CONFIG_FILE} needs {expected} (for {path})."
             )
+        where = f"Weight {name!r} in {self.names[name]}"
+        if array.dtype.kind != "f" and array.dtype != ml_dtypes.bfloat16:
+            raise ValueError(f"{where} holds {array.dtype} values, not floats.")
+        # A float64 sum (summed in small buffers: no copy of the weight) is
+        # finite exactly when every value is.
+        if not np.isfinite(array.sum(dtype=np.float64)):
+            raise ValueError(f"{where} holds non-finite values (NaN or inf).")
         return np.transpose(array) if transpose else array
 
     def load(self, variable, name, transpose=False):
@@ -261,8 +281,12 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
             f"{causal_lm_class.__name__}. Use `CausalLM.from_pretrained`."
         )
     dtype = resolve_dtype(dtype, config)
-    backbone = converter.backbone_from_config(config, name, dtype=dtype)
     with WeightReader(path) as reader:
+        _check_fits(config, reader)
+        try:
+            backbone = converter.backbone_from_config(config, name, dtype=dtype)
+        except (TypeError, ValueError) as error:  # a bad entry: name the file
+            raise type(error)(f"{CONFIG_FILE} in {path!r}: {error}") from None
         if hasattr(converter, "load_weights"):
             converter.load_weights(backbone, reader)
         else:
@@ -287,6 +311,43 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
     return converter.CAUSAL_LM_CLASS(
         backbone, tokenizer=tokenizer, generation_config=generation_config
     )
+
+
+def _minimum_weights(config):
+    """A lower bound on the weights of any model `config` describes: the
+    embedding table, and per block the queries' and outputs' projections
+    and two hidden x intermediate matrices."""
+
+    def first(*keys, default):
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    hidden = first("hidden_size", "n_embd", default=1)
+    intermediate = first("intermediate_size", "n_inner", default=hidden)
+    layers = first("num_hidden_layers", "n_layer", default=1)
+    heads = first("num_attention_heads", "n_head", default=1)
+    attention = heads * first("head_dim", default=max(hidden // heads, 1))
+    block = 2 * hidden * (intermediate + attention)
+    return first("vocab_size", default=0) * hidden + layers * block
+
+
+def _check_fits(config, reader):
+    """Refuse a config that describes a model far larger than the weights
+    beside it, before anything is built (`"num_hidden_layers": 10**6`
+    would take hours and all memory to build, only to fail on the first
+    weight's shape). Packed (4-bit) weights hold fewer numbers than the
+    model has weights, hence the slack."""
+    needed, held = _minimum_weights(config), reader.num_elements()
+    if needed > CONFIG_SLACK * held:
+        raise ValueError(
+            f"{CONFIG_FILE} in {reader.path!r} describes a model of at least "
+            f"{needed:,} weights (its vocabulary, hidden, intermediate and "
+            f"layer sizes), but the folder's safetensors files hold {held:,} "
+            f"numbers: {CONFIG_FILE} does not describe these weights."
+        )
 
 
 def _in_vocabulary(token_ids, vocabulary_size, what):

@@ -12,7 +12,10 @@ import math
 
 from keras_gen.layers.rotary_embedding import SCALINGS
 from keras_gen.models.decoder_backbone import OPTIONS
+from keras_gen.models.gpt2.gpt2_checkpoint import epsilon
 from keras_gen.models.gpt2.gpt2_checkpoint import size
+from keras_gen.utils.checks import check_bool
+from keras_gen.utils.checks import check_positive
 
 # Hugging Face activation names of the two gated MLPs (read), and the name
 # each is written under.
@@ -52,8 +55,14 @@ def rope(config, parameters=None):
     # `rope_scaling`.
     if parameters is None:
         parameters = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(parameters, dict):
+        raise TypeError(
+            "config.json's rope_parameters / rope_scaling must be an object. "
+            f"Received: {parameters!r}"
+        )
     parameters = dict(parameters)
     theta = parameters.pop("rope_theta", config.get("rope_theta", 10000.0))
+    theta = check_positive("config.json's rope_theta", theta)
     rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
     factor = parameters.pop("partial_rotary_factor", None) or config.get(
         "partial_rotary_factor", 1.0
@@ -157,8 +166,10 @@ def sizes(config, architecture):
         "head_dim": size(config, "head_dim", optional=True),
         "rope_max_wavelength": theta,
         "rope_scaling": scaling,
-        "layer_norm_epsilon": config.get("rms_norm_eps", 1e-6),
-        "tie_word_embeddings": config.get("tie_word_embeddings", False),
+        "layer_norm_epsilon": epsilon(config, "rms_norm_eps", 1e-6),
+        "tie_word_embeddings": check_bool(
+            "config.json's tie_word_embeddings", config.get("tie_word_embeddings", False)
+        ),
         "max_sequence_length": size(config, "max_position_embeddings", optional=True),
         "activation": activation(config, architecture, "hidden_act"),
     }

@@ -70,6 +70,132 @@ def test_a_broken_model_file_is_named_when_loading(folder, tmp_path, file, conte
         CausalLM.from_pretrained(str(target))
 
 
+def _with_config(source, tmp_path, change):
+    target = _copy(source, tmp_path)
+    config = json.loads((target / "config.json").read_text())
+    _write(target / "config.json", json.dumps({**config, **change}))
+    return str(target)
+
+
+TOO_LARGE = "describes a model of at least"
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        # Sizes far beyond the weights: refused before anything is built
+        # (these took all memory, or hours, to build before).
+        ({"n_embd": 10**9}, ValueError, TOO_LARGE),
+        ({"n_layer": 10**6}, ValueError, TOO_LARGE),
+        ({"n_inner": 10**10}, ValueError, TOO_LARGE),
+        ({"vocab_size": 10**10}, ValueError, TOO_LARGE),
+        ({"n_head": 3}, ValueError, "config.json in .*divisible by `num_heads`"),
+        ({"n_head": 0}, ValueError, "n_head"),
+        ({"n_positions": 0}, ValueError, "n_positions"),
+        ({"n_embd": 1.5}, TypeError, "n_embd"),
+        ({"n_embd": "128"}, TypeError, "n_embd"),
+        ({"layer_norm_epsilon": "nan"}, TypeError, "layer_norm_epsilon"),
+        ({"layer_norm_epsilon": -1}, ValueError, "layer_norm_epsilon"),
+        ({"layer_norm_epsilon": 0}, ValueError, "layer_norm_epsilon"),
+        ({"activation_function": "relu"}, ValueError, "activation_function"),
+    ],
+)
+def test_a_hostile_gpt2_config_is_refused_by_name(folder, tmp_path, change, error, match):
+    with pytest.raises(error, match=match):
+        CausalLM.from_pretrained(_with_config(folder, tmp_path, change))
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    """A tiny Llama 3 (rope scaling included) saved by transformers."""
+    pytest.importorskip("transformers")
+    from tests.models.hf_models import save_model_folder
+
+    path = str(tmp_path_factory.mktemp("llama"))
+    save_model_folder("llama", path)
+    return path
+
+
+def _rope(**change):
+    base = {
+        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 16, "rope_theta": 500000.0,
+        "rope_type": "llama3",
+    }
+    return {"rope_parameters": {**base, **change}}
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"num_hidden_layers": 10**5}, ValueError, TOO_LARGE),
+        ({"head_dim": 10**8}, ValueError, TOO_LARGE),
+        ({"intermediate_size": 10**9}, ValueError, TOO_LARGE),
+        ({"num_key_value_heads": 3}, ValueError, "divisible by `num_key_value_heads`"),
+        ({"num_key_value_heads": 0}, ValueError, "num_key_value_heads"),
+        ({"rms_norm_eps": -1}, ValueError, "rms_norm_eps"),
+        ({"tie_word_embeddings": "yes"}, TypeError, "tie_word_embeddings"),
+        ({"hidden_act": "nope"}, ValueError, "hidden_act"),
+        ({"rope_parameters": [1]}, TypeError, "rope_parameters"),
+        (_rope(rope_theta="x"), TypeError, "rope_theta"),
+        (_rope(rope_theta=-1), ValueError, "rope_theta"),
+        (_rope(rope_theta=float("nan")), ValueError, "rope_theta"),
+        (_rope(factor="nan"), TypeError, "factor"),
+        (_rope(factor=-2), ValueError, "factor"),
+        (_rope(factor=0), ValueError, "factor"),
+        (_rope(original_max_position_embeddings=0), ValueError, "original_max_position_embeddings"),
+        (_rope(low_freq_factor=5), ValueError, "low_freq_factor.*must be below"),
+        (_rope(high_freq_factor=-1), ValueError, "high_freq_factor"),
+        (_rope(rope_type="yarn"), ValueError, "rope scaling type 'yarn'"),
+        (_rope(rope_type="linear", factor=None), TypeError, "factor"),
+    ],
+)
+def test_a_hostile_llama_config_is_refused_by_name(
+    llama_folder, tmp_path, change, error, match
+):
+    with pytest.raises(error, match=f"config.json in .*{match}"):
+        CausalLM.from_pretrained(_with_config(llama_folder, tmp_path, change))
+
+
+def _weights_with(folder, tmp_path, change):
+    target = _copy(folder, tmp_path)
+    path = str(target / "model.safetensors")
+    tensors = safetensors.numpy.load_file(path)
+    name = "transformer.h.0.mlp.c_fc.weight"
+    tensors[name] = change(tensors[name])
+    safetensors.numpy.save_file(tensors, path)
+    return str(target)
+
+
+def _one_inf(array):
+    array = array.copy()
+    array[3, 5] = np.inf
+    return array
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda a: np.full_like(a, np.nan), "holds non-finite values"),
+        (_one_inf, "holds non-finite values"),
+        (lambda a: a.astype(np.int32), "holds int32 values, not floats"),
+        (lambda a: a > 0, "holds bool values, not floats"),
+        (lambda a: a[:-1], "has shape"),
+    ],
+)
+def test_broken_weights_are_named_with_their_file(folder, tmp_path, change, match):
+    with pytest.raises(ValueError, match=f"transformer.h.0.mlp.c_fc.weight.*{match}"):
+        CausalLM.from_pretrained(_weights_with(folder, tmp_path, change))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_weights_of_another_float_type_load_and_generate(folder, tmp_path, dtype):
+    lm = CausalLM.from_pretrained(
+        _weights_with(folder, tmp_path, lambda a: a.astype(dtype))
+    )
+    assert lm.generate("The for statement", max_new_tokens=4).startswith("The for")
+
+
 def _adapter_with(adapter, tmp_path, config=None, tensors=None):
     target = _copy(adapter, tmp_path, "adapter")
     if config is not None:

@@ -13,6 +13,7 @@ from keras_gen.models import architectures
 from keras_gen.models.gpt2.gpt2_backbone import GPT2Backbone
 from keras_gen.models.gpt2.gpt2_causal_lm import GPT2CausalLM
 from keras_gen.utils.checks import check_int
+from keras_gen.utils.checks import check_positive
 
 CAUSAL_LM_CLASS = GPT2CausalLM
 # GPT-2 in transformers is `transformer.*` plus a tied `lm_head`; the
@@ -54,6 +55,13 @@ def size(config, key, default=None, optional=False):
     return check_int(f"config.json's {key}", value, low=1)
 
 
+def epsilon(config, key, default):
+    """A normalization epsilon of `config.json` (`default` when absent or
+    null): a finite float > 0, or a clear error."""
+    value = config.get(key)
+    return check_positive(f"config.json's {key}", default if value is None else value)
+
+
 def backbone_from_config(config, architecture, dtype=None):
     _check(config)
     hidden_dim = size(config, "n_embd", 768)
@@ -64,7 +72,7 @@ def backbone_from_config(config, architecture, dtype=None):
         hidden_dim=hidden_dim,
         intermediate_dim=size(config, "n_inner", 4 * hidden_dim),
         max_sequence_length=size(config, "n_positions", 1024),
-        layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
+        layer_norm_epsilon=epsilon(config, "layer_norm_epsilon", 1e-5),
         dtype=dtype,
     )
 

@@ -14,6 +14,8 @@ import math
 
 from outlines_core import json_schema as outlines_schema
 
+from keras_gen.utils.files import parse_json
+
 # JSON's whitespace between tokens: at most one space (outlines-core's
 # default), so that a model cannot spend its length limit on blanks.
 WHITESPACE = r"[ ]?"
@@ -195,10 +197,7 @@ def schema_regex(schema):
     [True, True, False, False]
     """
     if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"The JSON schema is not valid JSON: {error}") from None
+        schema = parse_json(schema, "The JSON schema")
     if not isinstance(schema, (dict, bool)):
         raise TypeError(f"A JSON schema must be a dict. Received: {schema!r}")
     text = json.dumps(schema)
@@ -209,6 +208,12 @@ def schema_regex(schema):
             return [set_aside(item) for item in node]
         if not isinstance(node, dict):
             return node
+        for key in ("enum", "anyOf", "oneOf", "allOf"):
+            if node.get(key) == []:
+                raise ValueError(
+                    f"The JSON schema's `{key}` is empty: outlines-core would "
+                    "allow only empty text, which is no JSON value."
+                )
         pattern = _numeric_regex(node)
         if pattern is not None:
             marker = f"kgbound{len(placeholders)}x"
@@ -218,9 +223,10 @@ def schema_regex(schema):
             return {"const": marker}
         return {key: set_aside(value) for key, value in node.items()}
 
+    schema = set_aside(schema)
     try:
         pattern = outlines_schema.build_regex_from_schema(
-            json.dumps(set_aside(schema)), WHITESPACE
+            json.dumps(schema), WHITESPACE
         )
     except Exception as error:  # outlines-core raises plain errors
         raise ValueError(f"The JSON schema cannot be compiled: {error}") from None

@@ -1,5 +1,6 @@
 """Output that is one of a few strings."""
 
+from keras_gen.kernels.automaton import check_regex_size
 from keras_gen.processors.structured_output import StructuredOutput
 
 # Characters with a meaning in outlines-core's (Rust `regex`) syntax.
@@ -35,6 +36,7 @@ class Choice(StructuredOutput):
                 f"Received: {options!r}"
             )
         self.options = list(options)
+        check_regex_size(self.pattern(), "options")
 
     def pattern(self):
         return "(" + "|".join(escape(option) for option in self.options) + ")"

@@ -1,11 +1,11 @@
 """Output that is JSON valid under a JSON schema."""
 
 import copy
-import json
 
-from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.kernels.automaton import check_regex
 from keras_gen.kernels.json_schema import schema_regex
+from keras_gen.processors.structured_output import StructuredOutput
+from keras_gen.utils.files import parse_json
 
 
 class JsonSchema(StructuredOutput):
@@ -37,15 +37,15 @@ class JsonSchema(StructuredOutput):
 
     def __init__(self, schema):
         if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"`schema` is not valid JSON: {error}") from None
+            schema = parse_json(schema, "`schema`")
         if not isinstance(schema, dict):
             raise TypeError(f"`schema` must be a dict. Received: {schema!r}")
-        self.schema = copy.deepcopy(schema)
-        # Raises for a bad schema, or a `pattern` in it that cannot compile.
-        self._pattern = check_regex(schema_regex(self.schema), "schema")
+        try:
+            self.schema = copy.deepcopy(schema)
+            # Raises for a bad schema, or a `pattern` in it that cannot compile.
+            self._pattern = check_regex(schema_regex(self.schema), "schema")
+        except RecursionError:
+            raise ValueError("`schema` nests too deeply.") from None
 
     def pattern(self):
         return self._pattern

@@ -5,6 +5,15 @@ import json
 import os
 
 
+def parse_json(text, name):
+    """`text` (a str or bytes) parsed as JSON; a `ValueError` naming `name`
+    when it is not JSON (or nests deeper than Python's recursion limit)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{name} is not valid JSON: {error}") from None
+
+
 def read_json_object(path, missing=None):
     """The JSON object (a dict) in the file `path`.
 
@@ -20,11 +29,8 @@ def read_json_object(path, missing=None):
     path = os.fspath(path)
     if missing is not None and not os.path.isfile(path):
         return dict(missing)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    with open(path, "rb") as f:
+        data = parse_json(f.read(), path)
     if not isinstance(data, dict):
         raise ValueError(
             f"{path} must hold a JSON object. Received a {type(data).__name__}."

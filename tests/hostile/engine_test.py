@@ -15,7 +15,7 @@ from tests.text_models import tiny_text_lm
 TIMEOUT = 300
 
 
-@pytest.mark.only_backend("jax", "torch")
+@pytest.mark.only_backend("jax", "torch", "tensorflow")
 def test_threads_submitting_and_cancelling_never_break_the_step():
     # Four slots: a full row bucket of four takes the product form of the
     # torch backend's matrix products (its transposed result once reached

@@ -172,9 +172,14 @@ class Tokenizer:
         """Token ids of `text` (a string), with the model's special tokens."""
         if not isinstance(text, str):
             raise TypeError(f"`text` must be a string. Received: {text!r}")
-        return self.tokenizer.encode(
-            text, add_special_tokens=add_special_tokens
-        ).ids
+        try:
+            encoding = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        except TypeError:  # what `tokenizers` says of a lone surrogate
+            raise ValueError(
+                "`text` is not valid Unicode: it holds a lone surrogate "
+                f"(Received: {text[:200]!r})."
+            ) from None
+        return encoding.ids
 
     def decode(self, token_ids, skip_special_tokens=True):
         """The text of a list of token ids."""

@@ -39,7 +39,7 @@ def free_port():
 
 
 @contextlib.contextmanager
-def running(app):
+def running(app, startup_seconds=30):
     """`app` on uvicorn at a free loopback port; a client to it."""
     port = free_port()
     uvicorn_server = uvicorn.Server(
@@ -47,7 +47,7 @@ def running(app):
     )
     thread = threading.Thread(target=uvicorn_server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + startup_seconds
     while not uvicorn_server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)

@@ -43,23 +43,18 @@ def token_pieces(tokenizer, vocabulary_size):
 
 
 def _check_sequences(stop_sequences, vocabulary_size):
-    if stop_sequences is None:
+    """The option's own check (`GenerationConfig` runs it too), and the
+    model's vocabulary."""
+    if stop_sequences is None or (isinstance(stop_sequences, (list, tuple)) and not stop_sequences):
         return []
-    message = (
-        "`stop_sequences` must be a list of non-empty lists of token ids in "
-        f"[0, {vocabulary_size}). Received: {stop_sequences!r}"
-    )
-    if not isinstance(stop_sequences, (list, tuple)):
-        raise ValueError(message)
-    checked = []
-    for sequence in stop_sequences:
-        if not isinstance(sequence, (list, tuple)) or not sequence or not all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocabulary_size
-            for t in sequence
-        ):
-            raise ValueError(message)
-        checked.append([int(t) for t in sequence])
-    return checked
+    sequences = checks.check_token_sequences("stop_sequences", stop_sequences)
+    outside = sorted({t for sequence in sequences for t in sequence if t >= vocabulary_size})
+    if outside:
+        raise ValueError(
+            f"`stop_sequences` must hold token ids in [0, {vocabulary_size}). "
+            f"Received ids outside it: {outside[:20]}"
+        )
+    return sequences
 
 
 class StopConditions:

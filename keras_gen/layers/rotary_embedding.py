@@ -52,8 +52,6 @@ def _longrope_frequencies(inverse_frequencies, short_factor, long_factor,
     return short.astype("float32"), long.astype("float32")
 
 
-# `rope_scaling["rope_type"]` -> (function of the base frequencies, the
-# scaling keys it takes). `None` is plain RoPE.
 def _check_scaling(scaling, keys):
     """Every number of a scaling is finite and > 0 (a count >= 1), and
     llama3's smoothing runs from the low to the high frequency factor."""
@@ -78,6 +76,8 @@ def _check_scaling(scaling, keys):
         )
 
 
+# `rope_scaling["rope_type"]` -> (function of the base frequencies, the
+# scaling keys it takes). `None` is plain RoPE.
 SCALINGS = {
     "linear": (_linear_frequencies, ("factor",)),
     "longrope": (

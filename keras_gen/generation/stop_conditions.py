@@ -45,7 +45,8 @@ def token_pieces(tokenizer, vocabulary_size):
 def _check_sequences(stop_sequences, vocabulary_size):
     """The option's own check (`GenerationConfig` runs it too), and the
     model's vocabulary."""
-    if stop_sequences is None or (isinstance(stop_sequences, (list, tuple)) and not stop_sequences):
+    empty = isinstance(stop_sequences, (list, tuple)) and not stop_sequences
+    if stop_sequences is None or empty:
         return []
     sequences = checks.check_token_sequences("stop_sequences", stop_sequences)
     outside = sorted({t for sequence in sequences for t in sequence if t >= vocabulary_size})

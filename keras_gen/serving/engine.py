@@ -263,7 +263,7 @@ class Engine:
             check_count("constraint_transitions", constraint_transitions),
         )
         self._tables = ConstraintTables(
-            [], lm.backbone.vocabulary_size, capacity=self.constraint_capacity
+            [], vocabulary_size, capacity=self.constraint_capacity
         )
         self._table_tensors = None
         # Keras keeps the distribution per thread: the step thread runs under

@@ -6,8 +6,6 @@ fails the test instead of taking the machine)."""
 import json
 import re
 import reprlib
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +13,7 @@ from keras_gen.processors import Choice
 from keras_gen.processors import JsonObject
 from keras_gen.processors import JsonSchema
 from keras_gen.processors import Regex
+from tests.kernels.automaton_test import build_in_child
 from tests.text_models import tiny_text_lm
 
 TOO_LARGE = "is too large: its automaton would have about"
@@ -103,20 +102,7 @@ def test_a_hostile_pattern_or_choice_is_refused_by_name(make, error, match):
         make()
 
 
-# Built in one child process: 4 GiB of address space and five minutes at
-# most for all of them (a build that runs away fails the test, not the run).
-BUILD = """
-import json, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-from keras_gen.kernels.automaton import Automaton
-from keras_gen.kernels.json_schema import schema_regex
-from tests.text_models import tiny_tokenizer
-tokenizer = tiny_tokenizer()
-for kind, value in json.loads(sys.argv[1]):
-    pattern = schema_regex(value) if kind == "schema" else value
-    print(Automaton.from_regex(pattern, tokenizer, 300).num_states, flush=True)
-"""
-
+# Built in one child process under a memory limit, within five minutes.
 LARGEST_ACCEPTED = [
     ("schema", {"type": "string", "maxLength": 250}),
     ("schema", {"type": "object", "properties": {"a": {"type": "string", "maxLength": 40},
@@ -135,12 +121,7 @@ LARGEST_ACCEPTED = [
 
 @pytest.mark.only_backend("jax")
 def test_the_largest_accepted_constraints_build_within_bounds():
-    done = subprocess.run(
-        [sys.executable, "-c", BUILD, json.dumps(LARGEST_ACCEPTED)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    states = [int(line) for line in done.stdout.split()]
+    states = build_in_child(LARGEST_ACCEPTED, timeout=300)
     assert len(states) == len(LARGEST_ACCEPTED) and min(states) > 1, states
 
 

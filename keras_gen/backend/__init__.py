@@ -7,6 +7,7 @@ the active backend is imported, so `import keras_gen` never pulls in
 TensorFlow or torch unless Keras runs on them.
 """
 
+import contextlib
 import importlib
 import os
 
@@ -40,7 +41,8 @@ backend_choice.announce(name())
 
 
 def compilation_cache_dir():
-    """Where compiled programs persist between processes, or `None` (off).
+    """Where compiled programs persist between processes, or `None` (off,
+    or a backend that keeps none: TensorFlow).
 
     `KERAS_GEN_COMPILATION_CACHE`: unset, a `keras-gen/compilation` folder
     in the user's cache (`$XDG_CACHE_HOME`, else `~/.cache`); `0` (or
@@ -48,7 +50,7 @@ def compilation_cache_dir():
     Each backend keeps its programs in a subfolder of its name.
     """
     setting = os.environ.get("KERAS_GEN_COMPILATION_CACHE", "")
-    if setting.lower() in ("0", "off", "false", "no"):
+    if not _impl.KEEPS_PROGRAMS or setting.lower() in ("0", "off", "false", "no"):
         return None
     if not setting:
         root = os.environ.get("XDG_CACHE_HOME") or os.path.join(
@@ -114,6 +116,29 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     torch it is a host loop around one compiled step.
     """
     return _impl.while_loop(cond, body, loop_state, jit_compile=jit_compile)
+
+
+_warming = [False]
+
+
+@contextlib.contextmanager
+def warming_up():
+    """Within it, programs compile every step they may run, even a loop
+    whose condition is false at once (a warm-up runs its programs on empty
+    state). torch compiles a loop's step when it first runs: it then runs
+    the step once and drops the result, so the step's in-place writes (the
+    key/value cache) must be harmless, as they are on empty state. JAX and
+    TensorFlow compile the whole program anyway."""
+    outer, _warming[0] = _warming[0], True
+    try:
+        yield
+    finally:
+        _warming[0] = outer
+
+
+def is_warming_up():
+    """Whether the calls now running are inside `warming_up()`."""
+    return _warming[0]
 
 
 def grows_caches():

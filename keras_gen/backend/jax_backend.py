@@ -14,6 +14,9 @@ DISTRIBUTED = True
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# Compiled programs persist in JAX's compilation cache.
+KEEPS_PROGRAMS = True
+
 # The most disk the persistent compilation cache takes (oldest dropped).
 CACHE_BYTES = 2 << 30
 

@@ -15,10 +15,12 @@ DISTRIBUTED = False
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# TensorFlow keeps no compiled XLA program between processes.
+KEEPS_PROGRAMS = False
+
 
 def use_compilation_cache(path):
-    # TensorFlow keeps no compiled XLA program between processes.
-    del path
+    del path  # (always None: see KEEPS_PROGRAMS)
 
 
 def _as_variable(x):

@@ -6,6 +6,7 @@ fixed-shape state: the cache is allocated before the loop and updated in
 place, and `index` is a tensor, so the step never recompiles as it advances.
 """
 
+import inspect
 import os
 import time
 import warnings
@@ -23,19 +24,32 @@ DISTRIBUTED = False
 # (see `backend.grows_caches`).
 GROWS_CACHES = False
 
+# Compiled graphs persist in Inductor's caches.
+KEEPS_PROGRAMS = True
+
 # The graph compiler behind `torch.compile`: "inductor" (the default, fast
 # code), another torch.compile backend such as "aot_eager" (quick to
 # compile), or "none" to run the loop step eagerly.
 COMPILER = os.environ.get("KERAS_GEN_TORCH_COMPILER", "inductor")
 
-# Keras' scopes (device, stateless, symbolic: `fit` enters them) leave
-# their global attribute set to None where it was absent. The compiled step
-# guards on those attributes and would compile again after the first `fit`:
-# set them once, before anything compiles.
-for _name in ("torch_device", "stateless_scope", "symbolic_scope"):
-    global_state.set_global_attribute(
-        _name, global_state.get_global_attribute(_name, None)
-    )
+
+def _settle_keras_scopes():
+    """Keras' scopes (device, stateless, symbolic: `fit` enters them) leave
+    their global attribute set to None where it was absent. The compiled
+    step guards on those attributes and would compile again after the first
+    `fit`, or on another thread (Keras keeps them per thread): each program
+    sets them before it runs."""
+    for name in ("torch_device", "stateless_scope", "symbolic_scope"):
+        global_state.set_global_attribute(
+            name, global_state.get_global_attribute(name, None)
+        )
+
+
+# Dynamo traces through Keras' `lru_cache`d dtype helpers, which are pure,
+# and says so once per helper, with a source line from Keras.
+warnings.filterwarnings(
+    "ignore", "Dynamo detected a call to a `functools.lru_cache`", UserWarning
+)
 
 
 def use_compilation_cache(path):
@@ -56,10 +70,15 @@ def use_compilation_cache(path):
 
 # Each model, sampler, processor chain and shape bucket compiles its own graph
 # of the shared step code; Dynamo's default limit of 8 graphs per code object
-# is too few for a process that holds a model or two.
-torch._dynamo.config.recompile_limit = max(
-    torch._dynamo.config.recompile_limit, 128
-)
+# is too few for a process that holds a model or two. (Given to each
+# `torch.compile`: Dynamo's global config is per thread, and the Engine
+# steps on a thread of its own.)
+RECOMPILE_LIMIT = 128
+if "recompile_limit" in inspect.signature(torch.compile).parameters:
+    _LIMIT = {"recompile_limit": RECOMPILE_LIMIT}
+else:  # an older torch: one global config
+    _LIMIT = {}
+    torch._dynamo.config.cache_size_limit = RECOMPILE_LIMIT
 
 
 def _counting_compiler(graph_module, example_inputs):
@@ -73,7 +92,11 @@ def _compiled(body):
     # what the body reads: a new wrapper around a new closure of the same
     # code reuses them.
     return torch.compile(
-        body, fullgraph=True, dynamic=False, backend=_counting_compiler
+        body,
+        fullgraph=True,
+        dynamic=False,
+        backend=_counting_compiler,
+        **_LIMIT,
     )
 
 
@@ -122,6 +145,7 @@ def compile_function(
     def call(*args, **kwargs):
         global _program
         backend.check_distribution()
+        _settle_keras_scopes()
         outer, _program = _program, program
         try:
             with torch.no_grad():
@@ -137,22 +161,31 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     program = _program
     compiled = jit_compile and program["compile"] and COMPILER != "none"
     step = _compiled(body) if compiled else body
+    if compiled and backend.is_warming_up() and not bool(cond(loop_state)):
+        # The result is dropped; the step's in-place writes (the cache)
+        # land on the warm-up's empty state.
+        step = _run(step, body, program, loop_state)[1]
     while bool(cond(loop_state)):
-        try:
-            loop_state = step(loop_state)
-        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
-            # Dynamo fails while tracing, before the step has run (a Python
-            # branch on a tensor is a `UserError`).
-            if step is body:
-                raise
-            warnings.warn(
-                "torch.compile cannot capture this generation step, so it "
-                f"runs eagerly: {str(error).splitlines()[0]}"
-            )
-            program["compile"] = False
-            step = body
-            loop_state = step(loop_state)
+        loop_state, step = _run(step, body, program, loop_state)
     return loop_state
+
+
+def _run(step, body, program, loop_state):
+    """One step: the new loop state and the step to run next (the eager
+    body once the compiled step turned out impossible)."""
+    try:
+        return step(loop_state), step
+    except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:
+        # Dynamo fails while tracing, before the step has run (a Python
+        # branch on a tensor is a `UserError`).
+        if step is body:
+            raise
+        warnings.warn(
+            "torch.compile cannot capture this generation step, so it "
+            f"runs eagerly: {str(error).splitlines()[0]}"
+        )
+        program["compile"] = False
+        return body(loop_state), body
 
 
 def cond(pred, true_fn, false_fn, *operands):

@@ -1,7 +1,9 @@
 """Continuous batching: one compiled step shared by every running request."""
 
 import collections
+import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import secrets
 import threading
@@ -242,6 +244,7 @@ class Engine:
         self._jobs = []  # admitted and not yet finished
         self._free = list(range(self.num_slots))
         self._closed = False
+        self._warm_up = None  # (wide_outputs, future) for the step thread
         self._numbers = self._empty_numbers()
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
@@ -269,8 +272,14 @@ class Engine:
         # Keras keeps the distribution per thread: the step thread runs under
         # the creator's (slots split over its data axis).
         self._distribution = keras.distribution.distribution()
+        # torch keeps its compiler settings in context variables, which a
+        # new thread starts without: the step thread runs in a copy of the
+        # creator's context (a compilation cache turned off stays off).
         self._thread = threading.Thread(
-            target=self._run, name="keras-gen-engine", daemon=True
+            target=contextvars.copy_context().run,
+            args=(self._run,),
+            name="keras-gen-engine",
+            daemon=True,
         )
         self._thread.start()
 
@@ -348,8 +357,11 @@ class Engine:
             self._closed = True
             self._condition.notify_all()
             handles = [job.handle for job in [*self._jobs, *self._waiting]]
+            warm_up, self._warm_up = self._warm_up, None
         for handle in handles:
             handle.finish(EngineClosed("The engine was closed."))
+        if warm_up is not None:
+            warm_up[1].set_exception(EngineClosed("The engine was closed."))
         self._thread.join(timeout)
 
     def __enter__(self):
@@ -382,7 +394,11 @@ class Engine:
     def row_buckets(self):
         """The slot counts a decode program runs over (powers of two, and
         every slot): the occupied slots decide which runs, so a lone
-        request does not pay for the empty ones."""
+        request does not pay for the empty ones. Where each shape compiles
+        a step of its own (torch, see `backend.grows_caches`), every slot:
+        one program, which a few rows cost hardly more than one."""
+        if not backend.grows_caches():
+            return [self.num_slots]
         return _buckets(1, self.num_slots)
 
     @property
@@ -393,7 +409,10 @@ class Engine:
     @property
     def length_buckets(self):
         """The cache lengths a decode program attends over: the longest
-        running request decides which runs."""
+        running request decides which runs (on torch the whole cache, as
+        for the rows)."""
+        if not backend.grows_caches():
+            return [self.cache_length]
         return _buckets(MIN_CACHE_LENGTH, self.cache_length)
 
     def warm_up(self, wide_outputs=False):
@@ -404,9 +423,22 @@ class Engine:
         `wide_outputs=True` also compiles the decode programs that write
         per-step `scores`, `logits` and `hidden_states` (run while a request
         asks for one of them)."""
+        # The step thread compiles them: it runs them later, and what a
+        # compiled step guards on (Keras' and torch's settings) is per thread.
+        done = concurrent.futures.Future()
         with self._condition:
             if self._jobs or self._waiting:
                 raise RuntimeError("`warm_up` runs before any request is submitted.")
+            if self._closed:
+                raise EngineClosed("The engine was closed.")
+            if self._warm_up is not None:
+                raise RuntimeError("Another `warm_up` call is running.")
+            self._warm_up = (wide_outputs, done)
+            self._condition.notify_all()
+        done.result()
+
+    def _compile_all(self, wide_outputs):
+        with backend.warming_up():
             for bucket in self.prompt_buckets:
                 self._admit_prompt(0, [0] * bucket, bucket)
             for wide in (False, True) if wide_outputs else (False,):
@@ -508,10 +540,18 @@ class Engine:
     def _serve(self):
         while True:
             with self._condition:
-                while not self._closed and not self._waiting and not self._jobs:
+                while not (self._closed or self._waiting or self._jobs or self._warm_up):
                     self._condition.wait()
                 if self._closed:
                     break
+                warm_up, self._warm_up = self._warm_up, None
+            if warm_up is not None:
+                wide_outputs, done = warm_up
+                try:
+                    self._compile_all(wide_outputs)
+                    done.set_result(None)
+                except Exception as error:
+                    done.set_exception(error)
             try:
                 # A chunk after an admission is one step long, so that the
                 # new requests' first tokens go out without waiting for a

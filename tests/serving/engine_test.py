@@ -170,7 +170,7 @@ def test_cancel_frees_the_slot(engine):
     assert engine.submit("A class", max_new_tokens=3, temperature=0).result(TIMEOUT)
 
 
-def test_no_compile_after_warm_up(lm):
+def test_no_compile_after_warm_up(lm, torch_compiled):
     with Engine(lm, max_batch_size=4, max_length=64, chunk_size=3) as engine:
         engine.warm_up()
         before = engine.compilations

@@ -10,6 +10,7 @@ must set `KERAS_BACKEND` before Keras loads.
 """
 
 import argparse
+import difflib
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import time
 
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.utils import backend_choice
+from keras_gen.utils.ticker import Ticker
 
 BACKENDS = ("jax", "tensorflow", "torch")
 # `--sampler` names, as the decoding-mode options they stand for (filled in
@@ -49,10 +51,44 @@ class UsageError(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An `argparse` parser whose errors are one line and exit with 2."""
+    """An `argparse` parser whose errors are one line and exit with 2, and
+    whose help shows each flag's default."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def unknown(self, arguments):
+        """Refuse `arguments`, suggesting the flag each one resembles."""
+        flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+        hints = []
+        for argument in arguments:
+            close = difflib.get_close_matches(argument.split("=")[0], flags, n=1)
+            if argument.startswith("-") and close:
+                hints.append(f"{argument} (did you mean {close[0]}?)")
+            else:
+                hints.append(argument)
+        self.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help with `(default: ...)` after each flag that has a default and
+    does not say it already."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, [], argparse.SUPPRESS)
+            or not action.option_strings
+            or action.nargs == 0  # a switch
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
 
 def _number(kind, low=None, high=None, low_open=False, name=None):
@@ -91,7 +127,10 @@ def _add_common(parser):
         "(default: demo).",
     )
     parser.add_argument(
-        "--dtype", choices=("float32", "bfloat16", "float16"), default=None
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="the weights' dtype (default: the checkpoint's)",
     )
     parser.add_argument(
         "--lora",
@@ -126,18 +165,20 @@ def _add_generate(commands):
         "else greedy)",
     )
     for name, kind in FLAG_OPTIONS.items():
+        default = f", else {DEFAULT_MAX_NEW_TOKENS}" if name == "max_new_tokens" else ""
         generate.add_argument(
             "--" + name.replace("_", "-"),
             type=_number(kind),
-            help=OPTIONS[name]["help"],
+            help=f"{OPTIONS[name]['help']} (default: the model's "
+            f"generation_config.json{default})",
         )
     generate.add_argument(
         "--stop",
-        nargs="+",
-        action="extend",
+        action="append",
         default=[],
         metavar="STRING",
-        help="stop once the text contains one of these strings",
+        help="stop once the text contains STRING (repeat the flag for "
+        "several)",
     )
     structured = generate.add_mutually_exclusive_group()
     structured.add_argument(
@@ -173,8 +214,14 @@ def _add_serve(commands):
         "(/v1/completions, /v1/chat/completions, /v1/models, /health).",
     )
     _add_common(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_number(int, 0, 65535), default=8000)
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (0.0.0.0: every interface)",
+    )
+    serve.add_argument(
+        "--port", type=_number(int, 0, 65535), default=8000, help="the TCP port"
+    )
     serve.add_argument(
         "--max-batch-size",
         type=_number(int, low=1),
@@ -225,13 +272,16 @@ def _add_bench(commands):
 
 
 def build_parser():
+    from keras_gen import __version__
+
     parser = ArgumentParser(
         prog="keras-gen",
         description="Compiled text generation with Keras 3.",
     )
     parser.add_argument(
-        "--backend", choices=BACKENDS, default=None, help=argparse.SUPPRESS
+        "--version", action="version", version=f"keras-gen {__version__}"
     )
+    parser.add_argument("--backend", choices=BACKENDS, default=None, help=BACKEND_HELP)
     commands = parser.add_subparsers(
         dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
     )
@@ -241,6 +291,15 @@ def build_parser():
     _add_serve(commands)
     _add_bench(commands)
     return parser
+
+
+def _subparser(parser, command):
+    (commands,) = [
+        action
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    ]
+    return commands.choices[command]
 
 
 def select_backend(requested):
@@ -280,9 +339,16 @@ def load_model(model, dtype=None, lora=None):
 
     if model not in presets.list_presets():
         if not os.path.isdir(model):
+            hint = ""
+            if not model.startswith((".", "/", "~")) and model.count("/") <= 1:
+                hint = (
+                    "; keras-gen does not download models: download it first "
+                    f"(e.g. `huggingface-cli download {model} --local-dir "
+                    f"{model.split('/')[-1]}`), then pass the folder"
+                )
             raise UsageError(
                 f"--model {model!r}: no such model folder (and not a bundled "
-                f"preset: {', '.join(presets.list_presets())})"
+                f"preset: {', '.join(presets.list_presets())}){hint}"
             )
     from keras_gen.models import CausalLM
 
@@ -403,13 +469,6 @@ def run_generate(args):
             f"{context} tokens"
         )
     timing = {"load_seconds": time.perf_counter() - started}
-    from keras_gen import backend
-
-    cache = backend.compilation_cache_dir()
-    say(
-        "generating; a first run compiles the program"
-        + (f" (kept in {cache})" if cache else " (the compilation cache is off)")
-    )
     try:
         record = _generate(lm, prompt, options, args, timing)
     except (ValueError, TypeError) as error:
@@ -442,28 +501,55 @@ def _generate(lm, prompt, options, args, timing):
     from keras_gen.streaming import GenerationOutput
 
     started = time.perf_counter()
+    # Structured output prints the structure alone (for `jq` and the like).
+    echoed = "" if options.response_format is not None else prompt
+    ticker = Ticker(_waiting_for())
     if args.no_stream:
-        record = lm.generate(prompt, options, return_dict=True)
+        with ticker:
+            record = lm.generate(prompt, options, return_dict=True)
         timing["generate_seconds"] = time.perf_counter() - started
         if not args.json:
-            sys.stdout.write(prompt + record.text[0] + "\n")
+            sys.stdout.write(echoed + record.text[0] + "\n")
         return record
-    show = not args.json
-    if show:
-        sys.stdout.write(prompt)
-        sys.stdout.flush()
-    chunks = []
-    for chunk in lm.stream(prompt, options):
-        if "first_token_seconds" not in timing and chunk.token_ids[0]:
-            timing["first_token_seconds"] = time.perf_counter() - started
-        chunks.append(chunk)
-        if show:
-            sys.stdout.write(chunk.text[0])
-            sys.stdout.flush()
-    if show:
-        sys.stdout.write("\n")
+    # The text goes out once the progress line is gone: after the second
+    # chunk of tokens (torch compiles its loop step after the prompt's
+    # first token), or at the end.
+    shown, held, chunks, with_tokens = not args.json, [echoed], [], 0
+    with ticker:
+        for chunk in lm.stream(prompt, options):
+            if chunk.token_ids[0]:
+                timing.setdefault("first_token_seconds", time.perf_counter() - started)
+                with_tokens += 1
+            chunks.append(chunk)
+            held.append(chunk.text[0])
+            if with_tokens >= 2:
+                ticker.stop()
+                if shown:
+                    sys.stdout.write("".join(held))
+                    sys.stdout.flush()
+                held = []
+    if shown:
+        sys.stdout.write("".join(held) + "\n")
     timing["generate_seconds"] = time.perf_counter() - started
     return GenerationOutput.join(chunks)
+
+
+def _waiting_for():
+    """What a wait for the first tokens is spent on, as a `Ticker` text:
+    compiling once a program is traced (or loading it, where a compilation
+    cache keeps programs)."""
+    from keras_gen import backend
+
+    traces, cache = backend.trace_count(), backend.compilation_cache_dir()
+
+    def describe():
+        if backend.trace_count() == traces:
+            return "waiting for the first tokens"
+        if cache is None:
+            return "compiling the program"
+        return f"compiling the program (or loading it from {cache})"
+
+    return describe
 
 
 def _backend():
@@ -527,7 +613,7 @@ def main(argv=None):
     # `bench` passes arguments it does not know on to the benchmark.
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command != "bench":
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        _subparser(parser, args.command).unknown(unknown)
     if args.command == "bench":
         args.args = [*args.args, *unknown]
     if getattr(args, "no_compilation_cache", False):

@@ -29,6 +29,7 @@ from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
+from keras_gen.utils.ticker import Ticker
 
 MAX_BODY_BYTES = 1 << 20
 # A request's preparation (its options, tokenizing, a constraint's
@@ -657,7 +658,8 @@ def create_app(
             log = logging.getLogger("uvicorn.error")
             log.info("Compiling the engine's programs before serving...")
             begun = time.perf_counter()
-            await asyncio.to_thread(engine.warm_up)
+            with Ticker("compiling", closing_line=False):
+                await asyncio.to_thread(engine.warm_up)
             log.info("Compiled in %.1f s.", time.perf_counter() - begun)
         yield
         preparation.close()

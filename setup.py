@@ -61,6 +61,8 @@ setup(
             "peft",
             # A CPU peer of tools/benchmark.py (its smoke test runs it).
             "ctranslate2",
+            # Lint and format (tools/run_tests.sh runs it first).
+            "ruff",
         ],
     },
     entry_points={"console_scripts": ["keras-gen=keras_gen.cli:main"]},

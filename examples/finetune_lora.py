@@ -17,8 +17,19 @@ import keras
 
 import keras_gen
 
-TRAIN_MODULES = ("collections", "itertools", "functools", "textwrap", "string",
-                 "json", "csv", "random", "statistics", "heapq", "bisect")
+TRAIN_MODULES = (
+    "collections",
+    "itertools",
+    "functools",
+    "textwrap",
+    "string",
+    "json",
+    "csv",
+    "random",
+    "statistics",
+    "heapq",
+    "bisect",
+)
 VALIDATION_MODULES = ("shutil", "fnmatch", "glob")
 
 
@@ -59,7 +70,9 @@ def main(argv=None):
     epochs = max(1, round(args.steps * 8 / rows))
     lm.fit(train, epochs=epochs, batch_size=8, verbose=0)
     after = lm.evaluate(validation, batch_size=8, verbose=0)[0]
-    print(f"validation loss {before:.3f} -> {after:.3f} ({epochs} epochs of {rows} rows)")
+    print(
+        f"validation loss {before:.3f} -> {after:.3f} ({epochs} epochs of {rows} rows)"
+    )
 
     out = args.out or tempfile.mkdtemp()
     lm.save_lora(os.path.join(out, "adapter"))

@@ -1,6 +1,6 @@
 """Build a tiny GPT-2, pick a sampler, generate.
 
-    python examples/quickstart.py
+python examples/quickstart.py
 """
 
 import keras_gen

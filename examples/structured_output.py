@@ -34,10 +34,26 @@ for text in texts:
 
 # Each prompt its own constraint (None: free text), in one batch.
 mixed = StructuredOutput([Choice(["yes", "no"]), Regex(r"[0-9]{2}:[0-9]{2}"), None])
-print(lm.generate(["Is it?", "The time:", "The for statement"], processors=[mixed],
-                  seed=1, max_new_tokens=24, strip_prompt=True))
+print(
+    lm.generate(
+        ["Is it?", "The time:", "The for statement"],
+        processors=[mixed],
+        seed=1,
+        max_new_tokens=24,
+        strip_prompt=True,
+    )
+)
 
 # The same as an option, in OpenAI's form (the server reads it too).
-print(lm.generate("A statement:", seed=2, max_new_tokens=60, strip_prompt=True,
-                  response_format={"type": "json_schema",
-                                   "json_schema": {"name": "s", "schema": schema}}))
+print(
+    lm.generate(
+        "A statement:",
+        seed=2,
+        max_new_tokens=60,
+        strip_prompt=True,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "s", "schema": schema},
+        },
+    )
+)

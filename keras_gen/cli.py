@@ -177,8 +177,7 @@ def _add_generate(commands):
         action="append",
         default=[],
         metavar="STRING",
-        help="stop once the text contains STRING (repeat the flag for "
-        "several)",
+        help="stop once the text contains STRING (repeat the flag for several)",
     )
     structured = generate.add_mutually_exclusive_group()
     structured.add_argument(
@@ -442,7 +441,9 @@ def read_prompt(prompt):
             binary = getattr(sys.stdin, "buffer", None)
             prompt = sys.stdin.read() if binary is None else binary.read().decode()
         except UnicodeDecodeError as error:
-            raise UsageError(f"the prompt on stdin is not UTF-8 text ({error})") from None
+            raise UsageError(
+                f"the prompt on stdin is not UTF-8 text ({error})"
+            ) from None
     if not prompt:
         raise UsageError("the prompt is empty")
     return prompt

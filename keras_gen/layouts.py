@@ -146,7 +146,8 @@ def _fit(layout, shape):
     mesh = layout.device_mesh
     sizes = dict(zip(mesh.axis_names, mesh.shape))
     axes = tuple(
-        axis if axis is None or (isinstance(dim, int) and dim % sizes[axis] == 0)
+        axis
+        if axis is None or (isinstance(dim, int) and dim % sizes[axis] == 0)
         else None
         for axis, dim in zip(layout.axes, shape)
     )

@@ -61,7 +61,10 @@ def test_help(capsys, name):
 def test_version_and_global_help(capsys):
     from keras_gen import __version__
 
-    for argv, expected in ((["--version"], f"keras-gen {__version__}"), (["--help"], "--backend")):
+    for argv, expected in (
+        (["--version"], f"keras-gen {__version__}"),
+        (["--help"], "--backend"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             cli.main(argv)
         assert exit_info.value.code == 0 and expected in capsys.readouterr().out
@@ -71,8 +74,13 @@ def test_help_shows_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for shown in ("--host HOST the address", "(default: 127.0.0.1)", "(default: 8000)",
-                  "(default: 8)", "(default: 256)"):
+    for shown in (
+        "--host HOST the address",
+        "(default: 127.0.0.1)",
+        "(default: 8000)",
+        "(default: 8)",
+        "(default: 256)",
+    ):
         assert shown in out
     assert "(default: True)" not in out and "(default: None)" not in out
     with pytest.raises(SystemExit):
@@ -82,15 +90,19 @@ def test_help_shows_defaults(capsys):
 
 
 def test_stop_does_not_swallow_the_prompt():
-    args = cli.build_parser().parse_args(["generate", "--stop", ".", "--stop", "!", "hi"])
+    args = cli.build_parser().parse_args(
+        ["generate", "--stop", ".", "--stop", "!", "hi"]
+    )
     assert args.prompt == "hi" and args.stop == [".", "!"]
 
 
 @pytest.mark.parametrize(
     "model, hint",
-    [("gpt2", "huggingface-cli download gpt2 --local-dir gpt2"),
-     ("Qwen/Qwen3-0.6B", "--local-dir Qwen3-0.6B`), then pass the folder"),
-     ("./missing/model", None)],
+    [
+        ("gpt2", "huggingface-cli download gpt2 --local-dir gpt2"),
+        ("Qwen/Qwen3-0.6B", "--local-dir Qwen3-0.6B`), then pass the folder"),
+        ("./missing/model", None),
+    ],
 )
 def test_hub_ids_get_a_download_hint(capsys, model, hint):
     status, _, err = run(capsys, "generate", "x", "--model", model)
@@ -131,8 +143,19 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
         (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--temperature", "nan"], "--temperature must be finite"),
         (["--repetition-penalty", "0"], "--repetition-penalty: `penalty` must be in"),
-        (["--sampler", "beam", "--num-beams", "2", "--top-k", "3", "--penalty-alpha", "0.5"],
-         "exclude each other"),
+        (
+            [
+                "--sampler",
+                "beam",
+                "--num-beams",
+                "2",
+                "--top-k",
+                "3",
+                "--penalty-alpha",
+                "0.5",
+            ],
+            "exclude each other",
+        ),
     ],
 )
 def test_bad_option_values_exit_2_naming_the_flag(capsys, argv, message):
@@ -191,19 +214,31 @@ def test_lora_adapter_is_merged_in(capsys, model_folder, tmp_path):
     adapted.save_lora(tmp_path / "adapter")
     options = ("--max-new-tokens", "6", "--json")
     status, out, err = run(
-        capsys, "generate", PROMPT, "--model", path, "--lora", str(tmp_path / "adapter"), *options
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--lora",
+        str(tmp_path / "adapter"),
+        *options,
     )
     assert status == 0 and "with the adapter" in err
     expected = adapted.generate(PROMPT, max_new_tokens=6, return_dict=True)
     assert json.loads(out)["tokens"] == expected.token_ids[0]
-    status, _, err = run(capsys, "generate", PROMPT, "--model", path, "--lora", str(tmp_path))
+    status, _, err = run(
+        capsys, "generate", PROMPT, "--model", path, "--lora", str(tmp_path)
+    )
     assert status == 2 and err.count("\n") == 1 and "--lora" in err
 
 
 def test_structured_output_flags(capsys, model_folder, tmp_path):
     path, lm = model_folder
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
-              "maximum": 9}}, "required": ["n"]}
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"],
+    }
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(schema))
     for flags, check in (
@@ -212,25 +247,48 @@ def test_structured_output_flags(capsys, model_folder, tmp_path):
         (["--choice", "yes", "no"], lambda t: t in ("yes", "no")),
     ):
         status, out, _ = run(
-            capsys, "generate", PROMPT, "--model", path, "--json",
-            "--max-new-tokens", "30", *flags,
+            capsys,
+            "generate",
+            PROMPT,
+            "--model",
+            path,
+            "--json",
+            "--max-new-tokens",
+            "30",
+            *flags,
         )
         record = json.loads(out)
         assert status == 0 and check(record["text"]), (flags, record)
         assert record["finish_reason"] == "stop"
     status, out, _ = run(
-        capsys, "generate", PROMPT, "--model", path, "--json", "--max-new-tokens",
-        "30", "--json-schema", str(schema_file),
+        capsys,
+        "generate",
+        PROMPT,
+        "--model",
+        path,
+        "--json",
+        "--max-new-tokens",
+        "30",
+        "--json-schema",
+        str(schema_file),
     )
     expected = lm.generate(PROMPT, max_new_tokens=30, response_format={"json": schema})
     assert PROMPT + json.loads(out)["text"] == expected
     # Without --json: the structure alone, for `jq`.
     for flags in ([], ["--no-stream"]):
         status, out, _ = run(
-            capsys, "generate", PROMPT, "--model", path, "--max-new-tokens", "30",
-            "--json-schema", str(schema_file), *flags,
+            capsys,
+            "generate",
+            PROMPT,
+            "--model",
+            path,
+            "--max-new-tokens",
+            "30",
+            "--json-schema",
+            str(schema_file),
+            *flags,
         )
-        assert status == 0 and json.loads(out) == json.loads(expected[len(PROMPT):])
+        assert status == 0 and json.loads(out) == json.loads(expected[len(PROMPT) :])
 
 
 @pytest.mark.parametrize(
@@ -512,8 +570,15 @@ def test_compiled_programs_persist_between_runs(tmp_path):
     # The second process finds the first one's programs in the cache
     # folder, and generates the same greedy tokens.
     cache = tmp_path / "cache"
-    argv = ("generate", PROMPT, "--sampler", "greedy", "--max-new-tokens", "4",
-            "--json")
+    argv = (
+        "generate",
+        PROMPT,
+        "--sampler",
+        "greedy",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    )
     env = {"KERAS_BACKEND": "jax", "KERAS_GEN_COMPILATION_CACHE": str(cache)}
     first = command(*argv, env=env)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -524,9 +589,14 @@ def test_compiled_programs_persist_between_runs(tmp_path):
     assert second.returncode == 0, second.stderr[-2000:]
     assert json.loads(second.stdout)["tokens"] == json.loads(first.stdout)["tokens"]
     assert set(os.listdir(cache / "jax")) == entries  # nothing compiled anew
-    off = command(*argv, "--no-compilation-cache", env={
-        "KERAS_BACKEND": "jax", "KERAS_GEN_COMPILATION_CACHE": str(tmp_path / "off")
-    })
+    off = command(
+        *argv,
+        "--no-compilation-cache",
+        env={
+            "KERAS_BACKEND": "jax",
+            "KERAS_GEN_COMPILATION_CACHE": str(tmp_path / "off"),
+        },
+    )
     assert off.returncode == 0, off.stderr[-2000:]
     assert not (tmp_path / "off").exists()
 
@@ -537,13 +607,29 @@ def test_a_terminal_sees_the_compile_counted(tmp_path):
     # seconds, saying it compiles, erased before the text streams.
     import pty
 
-    env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_GEN_TORCH_COMPILER": "aot_eager",
-           "KERAS_GEN_COMPILATION_CACHE": "0"}
-    argv = [sys.executable, "-m", "keras_gen", "--backend", "torch", "generate", PROMPT,
-            "--max-new-tokens", "6", "--sampler", "greedy"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "KERAS_GEN_TORCH_COMPILER": "aot_eager",
+        "KERAS_GEN_COMPILATION_CACHE": "0",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "keras_gen",
+        "--backend",
+        "torch",
+        "generate",
+        PROMPT,
+        "--max-new-tokens",
+        "6",
+        "--sampler",
+        "greedy",
+    ]
     primary, secondary = pty.openpty()
-    process = subprocess.Popen(argv, stdin=secondary, stdout=secondary, stderr=secondary,
-                               env=env, cwd=ROOT)
+    process = subprocess.Popen(
+        argv, stdin=secondary, stdout=secondary, stderr=secondary, env=env, cwd=ROOT
+    )
     os.close(secondary)
     shown, timeline, started = b"", [], time.monotonic()
     try:
@@ -564,8 +650,12 @@ def test_a_terminal_sees_the_compile_counted(tmp_path):
     text = shown.decode()
     assert process.returncode == 0, text[-2000:]
     loaded = next(t for t, seen in timeline if b"loaded demo" in seen)
-    counted = next(t for t, seen in timeline if b"keras-gen: compiling the program... " in seen
-                   or b"keras-gen: waiting for the first tokens... " in seen)
+    counted = next(
+        t
+        for t, seen in timeline
+        if b"keras-gen: compiling the program... " in seen
+        or b"keras-gen: waiting for the first tokens... " in seen
+    )
     assert counted - loaded < 3
     assert "\r\033[Kkeras-gen: compiling the program... " in text
     # Erased, then the prompt and its continuation.

@@ -16,7 +16,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from keras_gen import backend  # noqa: E402
-
 from keras_gen.models import GPT2Backbone  # noqa: E402
 from keras_gen.models import GPT2CausalLM  # noqa: E402
 
@@ -134,6 +133,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         marker = item.get_closest_marker("only_backend")
         if marker and keras.config.backend() not in marker.args:
-            item.add_marker(
-                pytest.mark.skip(reason=f"runs on {marker.args} only")
-            )
+            item.add_marker(pytest.mark.skip(reason=f"runs on {marker.args} only"))

@@ -90,7 +90,10 @@ def test_llama_layout_map_shards_heads_and_mlp():
     assert _axes(layout_map, layouts.HEADS_KEY) == ("data", "tensor", None, None)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "qwen3_moe", "gemma2", "phi3", "olmo2", "mixtral"])
+@pytest.mark.parametrize(
+    "kind",
+    ["gpt2", "llama", "qwen2", "qwen3_moe", "gemma2", "phi3", "olmo2", "mixtral"],
+)
 def test_every_family_map_names_every_kernel_from_the_instance(kind):
     hf_models = pytest.importorskip("tests.models.hf_models")
     from keras_gen.models import architectures
@@ -98,10 +101,13 @@ def test_every_family_map_names_every_kernel_from_the_instance(kind):
 
     config = hf_models._config(kind).to_dict()
     name = checkpoint.architecture(config)
-    backbone = architectures.ARCHITECTURES[name].backbone_from_config(config, name, dtype="float32")
+    backbone = architectures.ARCHITECTURES[name].backbone_from_config(
+        config, name, dtype="float32"
+    )
     layout_map = backbone.get_layout_map(_mesh((2, 4), ["batch", "model"]))
     unnamed = [
-        v.path for v in backbone.weights
+        v.path
+        for v in backbone.weights
         if len(v.shape) >= 2 and layouts._rule(layout_map, v.path) is None
     ]
     assert not unnamed
@@ -207,7 +213,6 @@ RUN_KEYS = [
 RUN_IDS = [f"{m}-{d}x{p}-kv{kv}" for m, (d, p), kv in RUN_KEYS]
 
 
-
 def _sharded(test):
     """A JAX-only, slow test of each sharded run's report."""
     test = pytest.mark.parametrize("key", RUN_KEYS, ids=RUN_IDS)(test)
@@ -247,8 +252,10 @@ def _weight_parameters(model, config, model_size):
     h, inner = config["hidden_dim"], config["intermediate_dim"]
     layers, vocabulary = config["num_layers"], config["vocabulary_size"]
     if model == "gpt2":
-        split = vocabulary * h + config["max_sequence_length"] * h + layers * (
-            4 * h * h + 3 * h + 2 * h * inner + inner
+        split = (
+            vocabulary * h
+            + config["max_sequence_length"] * h
+            + layers * (4 * h * h + 3 * h + 2 * h * inner + inner)
         )
         whole = layers * 6 * h + 2 * h  # layer norms, row-parallel biases
         return split, whole
@@ -279,7 +286,11 @@ def test_weights_per_device_follow_the_formula(sharded_runs, key):
         assert specs["h_0/c_proj/kernel"] == ["model", None]
     else:
         config = run["config"]
-        key_width = config["num_key_value_heads"] * config["hidden_dim"] // config["num_query_heads"]
+        key_width = (
+            config["num_key_value_heads"]
+            * config["hidden_dim"]
+            // config["num_query_heads"]
+        )
         keys = "model" if key_width % model_size == 0 else None
         assert specs["layers_0/k_proj/kernel"] == [None, keys]
         assert specs["layers_0/down_proj/kernel"] == ["model", None]
@@ -305,7 +316,11 @@ def test_cache_per_device_follows_the_formula(sharded_runs, key):
         batch, heads, length, head_dim = entry["shape"]
         assert heads == kv_heads
         expected = (
-            FLOAT32_BYTES * batch * heads * length * head_dim
+            FLOAT32_BYTES
+            * batch
+            * heads
+            * length
+            * head_dim
             // (data * (model_size if heads_split else 1))
         )
         assert entry["bytes_per_device"] == expected

@@ -82,7 +82,9 @@ def test_serving_holds_no_sampling_arithmetic():
     graph = import_graph()
     for name, edges in graph.items():
         if name.startswith("keras_gen.serving"):
-            assert not {e for e in edges if e.startswith("keras_gen.kernels.filters")}, name
+            assert not {
+                e for e in edges if e.startswith("keras_gen.kernels.filters")
+            }, name
     source = "".join(p.read_text() for p in (ROOT / "serving").glob("*.py"))
     for word in ("log_softmax", "top_k_filter", "sample_from_logits", "count_tokens"):
         assert word not in source, word

@@ -147,15 +147,12 @@ def spy_on_cache(lm):
                     callback=lambda s, shape=shape, dtype=cache.dtype: seen.append(
                         {
                             "shape": shape,
-                            "spec": [
-                                None if a is None else str(a) for a in s.spec
-                            ]
+                            "spec": [None if a is None else str(a) for a in s.spec]
                             if hasattr(s, "spec")
                             else str(s),
                             "shard_shape": list(s.shard_shape(shape)),
                             "bytes_per_device": int(
-                                np.prod(s.shard_shape(shape))
-                                * np.dtype(dtype).itemsize
+                                np.prod(s.shard_shape(shape)) * np.dtype(dtype).itemsize
                             ),
                         }
                     ),
@@ -238,7 +235,9 @@ def serve(lm):
         ]
         tokens = [list(map(int, h.result(300).token_ids[0])) for h in handles]
         cache = engine._device[0][0]
-        spec = [None if a is None else str(a) for a in getattr(cache.sharding, "spec", ())]
+        spec = [
+            None if a is None else str(a) for a in getattr(cache.sharding, "spec", ())
+        ]
     return {"tokens": tokens, "cache_spec": spec}
 
 

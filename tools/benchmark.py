@@ -61,35 +61,65 @@ SYSTEMS = ("keras-gen", "keras-hub", "transformers")
 # `--quantize`.
 # keras-gen on a backend other than `--backend`, side by side with it.
 BACKEND_SYSTEMS = {f"keras-gen-{name}": name for name in ("jax", "tensorflow", "torch")}
-PEERS = SYSTEMS + ("transformers-compiled", "ctranslate2", "ctranslate2-int8",
-                   "llama.cpp", "llama.cpp-q8_0", *BACKEND_SYSTEMS)
+PEERS = SYSTEMS + (
+    "transformers-compiled",
+    "ctranslate2",
+    "ctranslate2-int8",
+    "llama.cpp",
+    "llama.cpp-q8_0",
+    *BACKEND_SYSTEMS,
+)
 # The Python packages each peer needs.
-PACKAGES = {"keras-hub": "keras_hub", "transformers": "transformers",
-            "transformers-compiled": "transformers", "ctranslate2": "ctranslate2",
-            "ctranslate2-int8": "ctranslate2", "llama.cpp": "llama_cpp gguf",
-            "llama.cpp-q8_0": "llama_cpp gguf"}
+PACKAGES = {
+    "keras-hub": "keras_hub",
+    "transformers": "transformers",
+    "transformers-compiled": "transformers",
+    "ctranslate2": "ctranslate2",
+    "ctranslate2-int8": "ctranslate2",
+    "llama.cpp": "llama_cpp gguf",
+    "llama.cpp-q8_0": "llama_cpp gguf",
+}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a Hugging Face GPT-2 folder (default: random GPT-2 small)")
-    parser.add_argument("--tiny", action="store_true", help="a tiny random model, for smoke tests")
-    parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "jax"),
-                        choices=["jax", "tensorflow", "torch"])
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated, from {','.join(PEERS)}")
+    parser.add_argument(
+        "--model", help="a Hugging Face GPT-2 folder (default: random GPT-2 small)"
+    )
+    parser.add_argument(
+        "--tiny", action="store_true", help="a tiny random model, for smoke tests"
+    )
+    parser.add_argument(
+        "--backend",
+        default=os.environ.get("KERAS_BACKEND", "jax"),
+        choices=["jax", "tensorflow", "torch"],
+    )
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, from {','.join(PEERS)}",
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt-length", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--sampler", default="greedy")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds")
-    parser.add_argument("--stream", action="store_true", help="also time keras-gen's stream")
-    parser.add_argument("--ttft-max-length", type=int, default=1024,
-                        help="also time keras-gen's first token with this max_length")
-    parser.add_argument("--quantize", choices=["int8", "int8-weight-only"],
-                        help="also run keras-gen quantized (int8: `quantize('int8')`, "
-                             "int8 activations too; int8-weight-only: float "
-                             "activations) and report its drift from float32")
+    parser.add_argument(
+        "--stream", action="store_true", help="also time keras-gen's stream"
+    )
+    parser.add_argument(
+        "--ttft-max-length",
+        type=int,
+        default=1024,
+        help="also time keras-gen's first token with this max_length",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8", "int8-weight-only"],
+        help="also run keras-gen quantized (int8: `quantize('int8')`, "
+        "int8 activations too; int8-weight-only: float "
+        "activations) and report its drift from float32",
+    )
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--system", help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--weights", help=argparse.SUPPRESS)
@@ -141,8 +171,12 @@ def summarize(args, ready, rounds):
         "load_s": ready["load_s"],
         "time_to_first_token_ms": None if ttft is None else 1000 * ttft,
         # Prefill throughput: the prompts' tokens over the first token's time.
-        "prompt_tokens_per_s": None if ttft is None else args.batch * args.prompt_length / ttft,
-        "ms_per_step": 1000 * (total - (ttft or 0)) / max(new_tokens - (ttft is not None), 1),
+        "prompt_tokens_per_s": None
+        if ttft is None
+        else args.batch * args.prompt_length / ttft,
+        "ms_per_step": 1000
+        * (total - (ttft or 0))
+        / max(new_tokens - (ttft is not None), 1),
         "tokens_per_s": args.batch * new_tokens / total,
         "total_s": total,
         "rounds": rounds,
@@ -168,11 +202,16 @@ def keras_gen_workload(args, quantize=None):
     kwargs = dict(max_length=args.max_length, stop_token_ids=None, seed=0)
 
     def generate():
-        return [t[args.prompt_length:] for t in lm.generate(batch, **kwargs)]
+        return [t[args.prompt_length :] for t in lm.generate(batch, **kwargs)]
 
     def first_token(max_length):
-        stream = lm.stream(batch, max_length=max_length, stop_token_ids=None,
-                           seed=0, stream_chunk_size=1)
+        stream = lm.stream(
+            batch,
+            max_length=max_length,
+            stop_token_ids=None,
+            seed=0,
+            stream_chunk_size=1,
+        )
         next(stream)
         stream.close()
 
@@ -188,7 +227,9 @@ def keras_gen_workload(args, quantize=None):
     workload = {"generate": generate, "first_token": first_token}
     if args.ttft_max_length and not quantize:
         workload["long_max_length"] = min(
-            args.ttft_max_length, lm.backbone.max_sequence_length or args.ttft_max_length)
+            args.ttft_max_length,
+            lm.backbone.max_sequence_length or args.ttft_max_length,
+        )
     if args.stream:
         workload["stream"] = stream
     if args.quantize:
@@ -204,7 +245,9 @@ def keras_hub_workload(args):
 
     with open(os.path.join(args.weights, "config.json")) as file:
         config = json.load(file)
-    backbone = keras_hub.models.GPT2Backbone(**convert_gpt2.convert_backbone_config(config))
+    backbone = keras_hub.models.GPT2Backbone(
+        **convert_gpt2.convert_backbone_config(config)
+    )
     with SafetensorLoader(args.weights) as loader:
         convert_gpt2.convert_weights(backbone, loader, config)
     lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
@@ -212,8 +255,11 @@ def keras_hub_workload(args):
     batch = np.array(prompts(args, config["vocab_size"]), "int32")
     token_ids = np.zeros((args.batch, args.max_length), "int32")
     token_ids[:, : args.prompt_length] = batch
-    inputs = {"token_ids": token_ids, "padding_mask": token_ids * 0 + (
-        np.arange(args.max_length) < args.prompt_length)}
+    inputs = {
+        "token_ids": token_ids,
+        "padding_mask": token_ids * 0
+        + (np.arange(args.max_length) < args.prompt_length),
+    }
     keras.utils.set_random_seed(0)
 
     def generate():
@@ -228,19 +274,26 @@ def transformers_workload(args, compiled=False):
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.weights, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        args.weights, dtype=torch.float32
+    )
     model.eval()
     batch = torch.tensor(prompts(args, model.config.vocab_size))
     new_tokens = args.max_length - args.prompt_length
-    kwargs = dict(attention_mask=torch.ones_like(batch), do_sample=args.sampler != "greedy",
-                  pad_token_id=0)
+    kwargs = dict(
+        attention_mask=torch.ones_like(batch),
+        do_sample=args.sampler != "greedy",
+        pad_token_id=0,
+    )
     if compiled:
         kwargs["cache_implementation"] = "static"
         model.forward = torch.compile(model.forward, dynamic=False)
 
     def generate(n=new_tokens):
         with torch.no_grad():
-            outputs = model.generate(batch, max_new_tokens=n, min_new_tokens=n, **kwargs)
+            outputs = model.generate(
+                batch, max_new_tokens=n, min_new_tokens=n, **kwargs
+            )
         return outputs[:, args.prompt_length :].tolist()
 
     return {"generate": generate, "first_token": lambda max_length: generate(1)}
@@ -255,8 +308,11 @@ def ctranslate2_workload(args, quantization="float32"):
     scratch = tempfile.TemporaryDirectory()
     folder = os.path.join(scratch.name, "model")
     ctranslate2.converters.TransformersConverter(args.weights).convert(
-        folder, quantization=quantization)
-    generator = ctranslate2.Generator(folder, device="cpu", intra_threads=os.cpu_count())
+        folder, quantization=quantization
+    )
+    generator = ctranslate2.Generator(
+        folder, device="cpu", intra_threads=os.cpu_count()
+    )
     with open(os.path.join(args.weights, "tokenizer.json")) as file:
         vocabulary = json.load(file)["model"]["vocab"]
     names = {index: token for token, index in vocabulary.items()}
@@ -266,12 +322,19 @@ def ctranslate2_workload(args, quantization="float32"):
     def generate(n=new_tokens):
         # No end token: exactly `n` new tokens.
         results = generator.generate_batch(
-            batch, max_length=n, sampling_topk=1, end_token=[],
-            include_prompt_in_result=False)
+            batch,
+            max_length=n,
+            sampling_topk=1,
+            end_token=[],
+            include_prompt_in_result=False,
+        )
         return [result.sequences_ids[0] for result in results]
 
-    return {"generate": generate, "first_token": lambda max_length: generate(1),
-            "scratch": scratch}
+    return {
+        "generate": generate,
+        "first_token": lambda max_length: generate(1),
+        "scratch": scratch,
+    }
 
 
 def write_gguf(weights, path, quantization):
@@ -292,13 +355,23 @@ def write_gguf(weights, path, quantization):
     writer.add_layer_norm_eps(config["layer_norm_epsilon"])
     writer.add_tokenizer_model("none")
     writer.add_vocab_size(config["vocab_size"])
-    names = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm",
-             "ln_1": "attn_norm", "ln_2": "ffn_norm", "attn.c_attn": "attn_qkv",
-             "attn.c_proj": "attn_output", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    names = {
+        "wte": "token_embd",
+        "wpe": "position_embd",
+        "ln_f": "output_norm",
+        "ln_1": "attn_norm",
+        "ln_2": "ffn_norm",
+        "attn.c_attn": "attn_qkv",
+        "attn.c_proj": "attn_output",
+        "mlp.c_fc": "ffn_up",
+        "mlp.c_proj": "ffn_down",
+    }
     for name, value in tensors.items():
         parts = name.removeprefix("transformer.").split(".")
         # h.{i}.{module}.{weight|bias}, or {module}.{weight|bias}
-        block, module = (parts[1], ".".join(parts[2:-1])) if parts[0] == "h" else (None, parts[0])
+        block, module = (
+            (parts[1], ".".join(parts[2:-1])) if parts[0] == "h" else (None, parts[0])
+        )
         if module not in names:
             continue  # attention masks of older checkpoints, lm_head (tied)
         target = f"{names[module]}.{parts[-1]}"
@@ -307,8 +380,11 @@ def write_gguf(weights, path, quantization):
         if parts[0] == "h" and parts[-1] == "weight" and value.ndim == 2:
             value = value.T.copy()  # Conv1D (in, out) to ggml's (out, in) rows
         if quantization == "q8_0" and value.ndim == 2:
-            writer.add_tensor(target, gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0),
-                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(
+                target,
+                gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0),
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+            )
         else:
             writer.add_tensor(target, value)
     writer.write_header_to_file()
@@ -339,7 +415,8 @@ def llama_cpp_workload(args, quantization="f32"):
     rows = len(batch)
     context_params = llama.llama_context_default_params()
     context_params.n_ctx = context_params.n_batch = context_params.n_ubatch = (
-        rows * args.max_length)
+        rows * args.max_length
+    )
     context_params.n_seq_max = rows
     if quantization == "f32":
         # By default llama.cpp keeps float16 keys and values, and its CPU
@@ -366,29 +443,45 @@ def llama_cpp_workload(args, quantization="f32"):
         request.n_tokens = n
         if llama.llama_decode(context, request) != 0:
             raise RuntimeError("llama_decode failed")
-        return [int(np.argmax(np.ctypeslib.as_array(
-            llama.llama_get_logits_ith(context, i), shape=(vocabulary_size,))))
-            for i in last]
+        return [
+            int(
+                np.argmax(
+                    np.ctypeslib.as_array(
+                        llama.llama_get_logits_ith(context, i), shape=(vocabulary_size,)
+                    )
+                )
+            )
+            for i in last
+        ]
 
     def generate(n=args.max_length - args.prompt_length):
         llama.llama_memory_clear(memory, True)
         next_tokens = decode(batch, 0)
         outputs = [[t] for t in next_tokens]
         for step in range(1, n):
-            next_tokens = decode([[t] for t in next_tokens], args.prompt_length + step - 1)
+            next_tokens = decode(
+                [[t] for t in next_tokens], args.prompt_length + step - 1
+            )
             for row, token in zip(outputs, next_tokens):
                 row.append(token)
         return outputs
 
     # The GGUF file's folder and llama.cpp's handles live as long as the workload.
-    return {"generate": generate, "first_token": lambda max_length: generate(1),
-            "scratch": scratch, "model": model, "context": context}
+    return {
+        "generate": generate,
+        "first_token": lambda max_length: generate(1),
+        "scratch": scratch,
+        "model": model,
+        "context": context,
+    }
 
 
 WORKLOADS = {
     "keras-gen": keras_gen_workload,
     "keras-gen-int8": lambda a: keras_gen_workload(a, quantize="int8"),
-    "keras-gen-int8-weight-only": lambda a: keras_gen_workload(a, quantize="int8-weight-only"),
+    "keras-gen-int8-weight-only": lambda a: keras_gen_workload(
+        a, quantize="int8-weight-only"
+    ),
     "keras-hub": keras_hub_workload,
     "transformers": transformers_workload,
     "transformers-compiled": lambda a: transformers_workload(a, compiled=True),
@@ -429,9 +522,13 @@ def worker(args):
             measured, tokens = timed(workload["generate"])
             result = {"total_s": measured}
             if "first_token" in workload:
-                result["ttft_s"] = timed(lambda: workload["first_token"](args.max_length))[0]
+                result["ttft_s"] = timed(
+                    lambda: workload["first_token"](args.max_length)
+                )[0]
                 if long:
-                    result["ttft_long_s"] = timed(lambda: workload["first_token"](long))[0]
+                    result["ttft_long_s"] = timed(
+                        lambda: workload["first_token"](long)
+                    )[0]
             if "stream" in workload:
                 result["stream_s"] = timed(workload["stream"])[0]
             send(result)
@@ -471,32 +568,62 @@ def write_id_tokenizer(folder, vocabulary_size):
 
     vocabulary = {f"<{i}>": i for i in range(vocabulary_size)}
     Tokenizer(models.WordLevel(vocabulary, unk_token="<0>")).save(
-        os.path.join(folder, "tokenizer.json"))
+        os.path.join(folder, "tokenizer.json")
+    )
     end = f"<{vocabulary_size - 1}>"
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as file:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": end,
-                   "eos_token": end, "unk_token": "<0>"}, file)
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": end,
+                "eos_token": end,
+                "unk_token": "<0>",
+            },
+            file,
+        )
 
 
 class Worker:
     """A system's worker process and its marked answers."""
 
     def __init__(self, args, system, backend):
-        command = [sys.executable, os.path.abspath(__file__), "--system", system,
-                   "--weights", args.weights, "--batch", str(args.batch),
-                   "--prompt-length", str(args.prompt_length),
-                   "--max-length", str(args.max_length), "--sampler", args.sampler,
-                   "--ttft-max-length", str(args.ttft_max_length)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--system",
+            system,
+            "--weights",
+            args.weights,
+            "--batch",
+            str(args.batch),
+            "--prompt-length",
+            str(args.prompt_length),
+            "--max-length",
+            str(args.max_length),
+            "--sampler",
+            args.sampler,
+            "--ttft-max-length",
+            str(args.ttft_max_length),
+        ]
         if args.stream:
             command.append("--stream")
         if args.quantize:
             command += ["--quantize", args.quantize]
-        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "KERAS_BACKEND": backend,
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.errors = tempfile.TemporaryFile("w+")
         self.process = subprocess.Popen(
-            command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.errors, text=True)
+            command,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
 
     def ask(self, command=None):
         if command:
@@ -521,14 +648,22 @@ def run_systems(args, systems):
     results, workers, ready = {}, {}, {}
     try:
         for system in systems:
-            missing = [package for package in PACKAGES.get(system, "").split()
-                       if importlib.util.find_spec(package) is None]
+            missing = [
+                package
+                for package in PACKAGES.get(system, "").split()
+                if importlib.util.find_spec(package) is None
+            ]
             if missing:
                 results[system] = {"skipped": f"{' and '.join(missing)} not installed"}
                 continue
             backend = BACKEND_SYSTEMS.get(system) or (
-                "torch" if system.startswith("transformers") else args.backend)
-            runs_on = "its own runtime" if system.startswith(("ctranslate2", "llama.cpp")) else backend
+                "torch" if system.startswith("transformers") else args.backend
+            )
+            runs_on = (
+                "its own runtime"
+                if system.startswith(("ctranslate2", "llama.cpp"))
+                else backend
+            )
             print(f"starting {system} ({runs_on}) ...", file=sys.stderr, flush=True)
             workers[system] = Worker(args, system, backend)
             try:
@@ -538,12 +673,16 @@ def run_systems(args, systems):
                 workers.pop(system).close()
         rounds = {system: [] for system in workers}
         for number in range(args.repeats):
-            print(f"round {number + 1} of {args.repeats} ...", file=sys.stderr, flush=True)
+            print(
+                f"round {number + 1} of {args.repeats} ...", file=sys.stderr, flush=True
+            )
             for system, process in workers.items():
                 rounds[system].append(process.ask("round"))
         for system, process in workers.items():
-            results[system] = {**summarize(args, ready[system], rounds[system]),
-                               **process.ask("finish")}
+            results[system] = {
+                **summarize(args, ready[system], rounds[system]),
+                **process.ask("finish"),
+            }
     finally:
         for process in workers.values():
             process.close()
@@ -555,35 +694,52 @@ def drift(reference, quantized):
     over the positions before it (after it the rows run different text)."""
     agree, change = [], 0.0
     for tokens, other, log_probs, other_log_probs in zip(
-            reference["tokens"], quantized["tokens"],
-            reference["log_probs"], quantized["log_probs"]):
-        same = next((i for i, (a, b) in enumerate(zip(tokens, other)) if a != b), len(tokens))
+        reference["tokens"],
+        quantized["tokens"],
+        reference["log_probs"],
+        quantized["log_probs"],
+    ):
+        same = next(
+            (i for i, (a, b) in enumerate(zip(tokens, other)) if a != b), len(tokens)
+        )
         agree.append(same)
         # Up to and including the first differing position: its log-prob
         # is of a different token, the change that flipped the choice.
         n = min(same + 1, len(tokens))
-        change = max(change, float(np.abs(np.subtract(log_probs[:n], other_log_probs[:n])).max()))
-    return (f"greedy tokens agree for {agree} of {len(reference['tokens'][0])} new "
-            f"tokens per row; max |log-prob change| {change:.4f} up to the first difference")
+        change = max(
+            change, float(np.abs(np.subtract(log_probs[:n], other_log_probs[:n])).max())
+        )
+    return (
+        f"greedy tokens agree for {agree} of {len(reference['tokens'][0])} new "
+        f"tokens per row; max |log-prob change| {change:.4f} up to the first difference"
+    )
 
 
 def report(args, results):
-    print(f"\nbackend={args.backend} batch={args.batch} prompt={args.prompt_length} "
-          f"max_length={args.max_length} sampler={args.sampler} repeats={args.repeats}")
-    header = (f"{'system':24} {'first call s':>12} {'TTFT ms':>9} {'prompt tok/s':>12} "
-              f"{'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}")
+    print(
+        f"\nbackend={args.backend} batch={args.batch} prompt={args.prompt_length} "
+        f"max_length={args.max_length} sampler={args.sampler} repeats={args.repeats}"
+    )
+    header = (
+        f"{'system':24} {'first call s':>12} {'TTFT ms':>9} {'prompt tok/s':>12} "
+        f"{'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}"
+    )
     print(header)
     for name, r in results.items():
         if "error" in r or "skipped" in r:
-            print(f"{name:24} {'error' if 'error' in r else 'skipped'}: "
-                  f"{r.get('error') or r['skipped']}")
+            print(
+                f"{name:24} {'error' if 'error' in r else 'skipped'}: "
+                f"{r.get('error') or r['skipped']}"
+            )
             continue
         ttft, prefill = "n/a", "n/a"
         if r["time_to_first_token_ms"] is not None:
             ttft = f"{r['time_to_first_token_ms']:.1f}"
             prefill = f"{r['prompt_tokens_per_s']:.0f}"
-        print(f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {prefill:>12} {r['ms_per_step']:8.1f} "
-              f"{r['tokens_per_s']:9.1f} {r['peak_memory_mb']:8.0f}")
+        print(
+            f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {prefill:>12} {r['ms_per_step']:8.1f} "
+            f"{r['tokens_per_s']:9.1f} {r['peak_memory_mb']:8.0f}"
+        )
     ours = results.get("keras-gen", {})
     if "error" in ours or not ours:
         return
@@ -591,19 +747,25 @@ def report(args, results):
         if name == "keras-gen" or "tokens" not in r:
             continue
         same = sum(a == b for a, b in zip(ours["tokens"], r["tokens"]))
-        print(f"keras-gen / {name}: time per step x{ours['ms_per_step'] / r['ms_per_step']:.2f}, "
-              f"tokens/s x{ours['tokens_per_s'] / r['tokens_per_s']:.2f}; "
-              f"same tokens in {same}/{len(ours['tokens'])} rows")
+        print(
+            f"keras-gen / {name}: time per step x{ours['ms_per_step'] / r['ms_per_step']:.2f}, "
+            f"tokens/s x{ours['tokens_per_s'] / r['tokens_per_s']:.2f}; "
+            f"same tokens in {same}/{len(ours['tokens'])} rows"
+        )
     for name, r in results.items():
         if "log_probs" in r and name != "keras-gen" and "log_probs" in ours:
             print(f"{name} drift from float32: {drift(ours, r)}")
     if "time_to_first_token_long_ms" in ours:
-        print(f"keras-gen first token: {ours['time_to_first_token_ms']:.1f} ms at max_length="
-              f"{args.max_length}, {ours['time_to_first_token_long_ms']:.1f} ms at max_length="
-              f"{ours['ttft_long_max_length']} (x{ours['time_to_first_token_long_ms'] / ours['time_to_first_token_ms']:.2f})")
+        print(
+            f"keras-gen first token: {ours['time_to_first_token_ms']:.1f} ms at max_length="
+            f"{args.max_length}, {ours['time_to_first_token_long_ms']:.1f} ms at max_length="
+            f"{ours['ttft_long_max_length']} (x{ours['time_to_first_token_long_ms'] / ours['time_to_first_token_ms']:.2f})"
+        )
     if "stream_overhead" in ours:
-        print(f"keras-gen stream: {ours['stream_tokens_per_s']:.1f} tokens/s, "
-              f"{100 * ours['stream_overhead']:+.1f}% time against generate")
+        print(
+            f"keras-gen stream: {ours['stream_tokens_per_s']:.1f} tokens/s, "
+            f"{100 * ours['stream_overhead']:+.1f}% time against generate"
+        )
 
 
 def main(argv=None):

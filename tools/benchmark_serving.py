@@ -56,27 +56,58 @@ PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="demo",
-                        help="demo, gpt2-small or tiny (random weights), or a model folder")
-    parser.add_argument("--url", help="an OpenAI-compatible server to use instead of starting one")
-    parser.add_argument("--model-name", help="the model name requests carry (default: --model)")
-    parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "jax"),
-                        choices=["jax", "tensorflow", "torch"])
-    parser.add_argument("--scenario", default="load",
-                        choices=["load", "short-among-long", "soak", "lone"])
+    parser.add_argument(
+        "--model",
+        default="demo",
+        help="demo, gpt2-small or tiny (random weights), or a model folder",
+    )
+    parser.add_argument(
+        "--url", help="an OpenAI-compatible server to use instead of starting one"
+    )
+    parser.add_argument(
+        "--model-name", help="the model name requests carry (default: --model)"
+    )
+    parser.add_argument(
+        "--backend",
+        default=os.environ.get("KERAS_BACKEND", "jax"),
+        choices=["jax", "tensorflow", "torch"],
+    )
+    parser.add_argument(
+        "--scenario",
+        default="load",
+        choices=["load", "short-among-long", "soak", "lone"],
+    )
     parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--rate", type=float, default=math.inf, help="requests/s (default: all at once)")
-    parser.add_argument("--prompt-lengths", default="16:64", help="MIN:MAX prompt tokens")
+    parser.add_argument(
+        "--rate", type=float, default=math.inf, help="requests/s (default: all at once)"
+    )
+    parser.add_argument(
+        "--prompt-lengths", default="16:64", help="MIN:MAX prompt tokens"
+    )
     parser.add_argument("--max-tokens", default="64", help="N or MIN:MAX new tokens")
-    parser.add_argument("--mix", default="greedy,sample", help=f"from {','.join(MIXES)}")
-    parser.add_argument("--max-concurrency", type=int, default=64,
-                        help="requests in flight at most (client threads)")
-    parser.add_argument("--long", type=int, default=7, help="short-among-long: long requests")
-    parser.add_argument("--rounds", type=int, default=3, help="short-among-long: rounds")
+    parser.add_argument(
+        "--mix", default="greedy,sample", help=f"from {','.join(MIXES)}"
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=64,
+        help="requests in flight at most (client threads)",
+    )
+    parser.add_argument(
+        "--long", type=int, default=7, help="short-among-long: long requests"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="short-among-long: rounds"
+    )
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--no-baseline", action="store_true", help="skip the sequential run")
-    parser.add_argument("--max-seconds", type=float, default=1800, help="a bound on each run")
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the sequential run"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=1800, help="a bound on each run"
+    )
     parser.add_argument("--startup-seconds", type=float, default=900)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the results here")
@@ -101,7 +132,11 @@ def workload(args, count, seed):
     """`count` request bodies and arrival offsets, all from `seed`."""
     rng = np.random.default_rng(seed)
     lengths, new_tokens = span(args.prompt_lengths), span(args.max_tokens)
-    gaps = np.zeros(count) if math.isinf(args.rate) else rng.exponential(1 / args.rate, count)
+    gaps = (
+        np.zeros(count)
+        if math.isinf(args.rate)
+        else rng.exponential(1 / args.rate, count)
+    )
     bodies = []
     for i in range(count):
         length = int(rng.integers(lengths[0], lengths[1] + 1))
@@ -144,8 +179,10 @@ def stream(client, body, deadline, first_token=None):
         for line in response.iter_lines():
             if not line.startswith("data: {") or time.perf_counter() > deadline:
                 continue
-            choices = json.loads(line[len("data: "):]).get("choices") or []
-            tokens = sum(len((c.get("logprobs") or {}).get("tokens") or []) for c in choices)
+            choices = json.loads(line[len("data: ") :]).get("choices") or []
+            tokens = sum(
+                len((c.get("logprobs") or {}).get("tokens") or []) for c in choices
+            )
             if tokens:
                 arrivals.append((time.perf_counter(), tokens))
                 if first_token is not None:
@@ -221,8 +258,12 @@ def model_folder(args, folder):
 
     from keras_gen.tokenizers.tokenizer import Tokenizer
 
-    benchmark.write_random_weights(argparse.Namespace(tiny=args.model == "tiny"), folder)
-    size = (benchmark.TINY if args.model == "tiny" else benchmark.GPT2_SMALL)["vocabulary_size"]
+    benchmark.write_random_weights(
+        argparse.Namespace(tiny=args.model == "tiny"), folder
+    )
+    size = (benchmark.TINY if args.model == "tiny" else benchmark.GPT2_SMALL)[
+        "vocabulary_size"
+    ]
     # A word-level tokenizer with a token per id: the server decodes any id.
     words = tokenizers.Tokenizer(
         tokenizers.models.WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")
@@ -243,20 +284,39 @@ def server(args):
     with tempfile.TemporaryDirectory() as folder:
         port = free_port()
         command = [
-            sys.executable, "-m", "keras_gen", "--backend", args.backend, "serve",
-            "--model", model_folder(args, folder), "--model-name", args.model_name,
-            "--port", str(port), "--max-batch-size", str(args.max_batch_size),
-            "--max-length", str(args.max_length),
+            sys.executable,
+            "-m",
+            "keras_gen",
+            "--backend",
+            args.backend,
+            "serve",
+            "--model",
+            model_folder(args, folder),
+            "--model-name",
+            args.model_name,
+            "--port",
+            str(port),
+            "--max-batch-size",
+            str(args.max_batch_size),
+            "--max-length",
+            str(args.max_length),
         ]
         env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + args.startup_seconds
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
+                    raise RuntimeError(
+                        f"the server exited: {process.stderr.read()[-2000:]}"
+                    )
                 if time.monotonic() > deadline:
                     raise RuntimeError("the server did not start in --startup-seconds")
                 with contextlib.suppress(httpx.HTTPError):
@@ -329,7 +389,9 @@ def scenario_load(client, process, args):
     bodies, offsets = workload(args, args.requests, args.seed)
     before = server_state(client, process)
     concurrency = min(len(bodies), args.max_concurrency)
-    results = {"concurrent": run_load(client, bodies, offsets, concurrency, args.max_seconds)}
+    results = {
+        "concurrent": run_load(client, bodies, offsets, concurrency, args.max_seconds)
+    }
     if not args.no_baseline and args.scenario == "load":
         results["sequential"] = run_load(
             client, bodies, np.zeros(len(bodies)), 1, args.max_seconds
@@ -337,16 +399,22 @@ def scenario_load(client, process, args):
         results["batching_gain"] = round(
             results["sequential"]["duration_s"] / results["concurrent"]["duration_s"], 2
         )
-    results["server_before"], results["server_after"] = before, server_state(client, process)
+    results["server_before"], results["server_after"] = (
+        before,
+        server_state(client, process),
+    )
     return results
 
 
 def scenario_short_among_long(client, process, args):
     warm_up(client, args)
-    short, _ = workload(argparse.Namespace(**{**vars(args), "max_tokens": "8"}), 1, args.seed)
+    short, _ = workload(
+        argparse.Namespace(**{**vars(args), "max_tokens": "8"}), 1, args.seed
+    )
     longs, _ = workload(
         argparse.Namespace(**{**vars(args), "max_tokens": str(args.max_length // 2)}),
-        args.long, args.seed + 2,
+        args.long,
+        args.seed + 2,
     )
     deadline = time.perf_counter() + args.max_seconds
     idle, busy = [], []
@@ -394,7 +462,9 @@ def scenario_lone(args):
 
     with tempfile.TemporaryDirectory() as folder:
         lm = load_model(model_folder(args, folder))
-    (body,), _ = workload(argparse.Namespace(**{**vars(args), "mix": ["greedy"]}), 1, args.seed)
+    (body,), _ = workload(
+        argparse.Namespace(**{**vars(args), "mix": ["greedy"]}), 1, args.seed
+    )
     options = dict(max_new_tokens=body["max_tokens"], temperature=0, stop_token_ids=[])
 
     def per_token(chunks):
@@ -406,10 +476,14 @@ def scenario_lone(args):
         tokens = sum(n for _, n in arrivals[1:])
         return (arrivals[-1][0] - arrivals[0][0]) / tokens
 
-    with Engine(lm, max_batch_size=args.max_batch_size, max_length=args.max_length) as engine:
+    with Engine(
+        lm, max_batch_size=args.max_batch_size, max_length=args.max_length
+    ) as engine:
         engine.warm_up()
-        runs = {"stream": lambda: lm.stream(body["prompt"], **options),
-                "engine": lambda: engine.submit(body["prompt"], **options)}
+        runs = {
+            "stream": lambda: lm.stream(body["prompt"], **options),
+            "engine": lambda: engine.submit(body["prompt"], **options),
+        }
         for run in runs.values():  # warm-up with the measured shape
             per_token(run())
         times = {name: [] for name in runs}
@@ -427,36 +501,50 @@ def scenario_lone(args):
 def report(args, results):
     print(f"model {args.model}, backend {args.backend}, scenario {args.scenario}")
     if args.scenario == "lone":
-        print(f"one greedy request, per token after the first: lm.stream "
-              f"{results['stream_itl_ms']} ms, engine ({args.max_batch_size} slots) "
-              f"{results['engine_itl_ms']} ms: {results['engine_over_stream']}x")
+        print(
+            f"one greedy request, per token after the first: lm.stream "
+            f"{results['stream_itl_ms']} ms, engine ({args.max_batch_size} slots) "
+            f"{results['engine_itl_ms']} ms: {results['engine_over_stream']}x"
+        )
         return
     if args.scenario == "short-among-long":
-        print(f"short request TTFT idle {results['idle_ttft_ms']} ms, with {args.long} "
-              f"long running {results['busy_ttft_ms']} ms: {results['busy_over_idle']}x")
+        print(
+            f"short request TTFT idle {results['idle_ttft_ms']} ms, with {args.long} "
+            f"long running {results['busy_ttft_ms']} ms: {results['busy_over_idle']}x"
+        )
         if "server_busy_over_idle" in results:
-            print(f"  as the server measured it (submission to first token): idle "
-                  f"{results['server_idle_ttft_ms']} ms, with {args.long} long running "
-                  f"{results['server_busy_ttft_ms']} ms: {results['server_busy_over_idle']}x")
+            print(
+                f"  as the server measured it (submission to first token): idle "
+                f"{results['server_idle_ttft_ms']} ms, with {args.long} long running "
+                f"{results['server_busy_ttft_ms']} ms: {results['server_busy_over_idle']}x"
+            )
         return
-    print(f"{args.requests} requests, rate {args.rate}/s, prompts {args.prompt_lengths} "
-          f"tokens, max_tokens {args.max_tokens}, mix {','.join(args.mix)}")
+    print(
+        f"{args.requests} requests, rate {args.rate}/s, prompts {args.prompt_lengths} "
+        f"tokens, max_tokens {args.max_tokens}, mix {','.join(args.mix)}"
+    )
     for name in ("concurrent", "sequential"):
         run = results.get(name)
         if run is None:
             continue
         ttft, itl = run["time_to_first_token"] or {}, run["inter_token_latency"] or {}
-        print(f"  {name:<10} {run['duration_s']:8.2f} s  {run['requests_per_s']:6.2f} req/s  "
-              f"{run['output_tokens_per_s']:8.1f} tok/s  TTFT p50/p90/p99 "
-              f"{ttft.get('p50_ms')}/{ttft.get('p90_ms')}/{ttft.get('p99_ms')} ms  ITL "
-              f"{itl.get('p50_ms')}/{itl.get('p90_ms')}/{itl.get('p99_ms')} ms"
-              + (f"  errors {run['errors']}" if run["errors"] else ""))
+        print(
+            f"  {name:<10} {run['duration_s']:8.2f} s  {run['requests_per_s']:6.2f} req/s  "
+            f"{run['output_tokens_per_s']:8.1f} tok/s  TTFT p50/p90/p99 "
+            f"{ttft.get('p50_ms')}/{ttft.get('p90_ms')}/{ttft.get('p99_ms')} ms  ITL "
+            f"{itl.get('p50_ms')}/{itl.get('p90_ms')}/{itl.get('p99_ms')} ms"
+            + (f"  errors {run['errors']}" if run["errors"] else "")
+        )
     if "batching_gain" in results:
-        print(f"  batching gain {results['batching_gain']}x (concurrent takes "
-              f"{1 / results['batching_gain']:.2f}x the sequential time)")
+        print(
+            f"  batching gain {results['batching_gain']}x (concurrent takes "
+            f"{1 / results['batching_gain']:.2f}x the sequential time)"
+        )
     before, after = results["server_before"], results["server_after"]
-    print(f"  server RSS {before['rss_mb']} -> {after['rss_mb']} MB, compilations "
-          f"{before['compilations']} -> {after['compilations']}")
+    print(
+        f"  server RSS {before['rss_mb']} -> {after['rss_mb']} MB, compilations "
+        f"{before['compilations']} -> {after['compilations']}"
+    )
 
 
 def main(argv=None):
@@ -468,15 +556,26 @@ def main(argv=None):
 
         with server(args) as (url, process):
             with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
-                scenario = (scenario_short_among_long if args.scenario == "short-among-long"
-                            else scenario_load)
+                scenario = (
+                    scenario_short_among_long
+                    if args.scenario == "short-among-long"
+                    else scenario_load
+                )
                 results = scenario(client, process, args)
     report(args, results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items()}, "results": results},
-                      f, indent=2, default=str)
-    errors = [run["errors"] for run in results.values() if isinstance(run, dict) and run.get("errors")]
+            json.dump(
+                {"args": {k: v for k, v in vars(args).items()}, "results": results},
+                f,
+                indent=2,
+                default=str,
+            )
+    errors = [
+        run["errors"]
+        for run in results.values()
+        if isinstance(run, dict) and run.get("errors")
+    ]
     return 1 if errors else 0
 
 

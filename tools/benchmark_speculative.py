@@ -53,8 +53,10 @@ def build_models(args):
 
     keras.utils.set_random_seed(0)
     config = dict(
-        vocabulary_size=args.vocabulary, num_heads=args.heads,
-        hidden_dim=args.hidden, intermediate_dim=4 * args.hidden,
+        vocabulary_size=args.vocabulary,
+        num_heads=args.heads,
+        hidden_dim=args.hidden,
+        intermediate_dim=4 * args.hidden,
         max_sequence_length=1024,
     )
     target = GPT2Backbone(num_layers=args.layers, **config)
@@ -69,7 +71,9 @@ def build_models(args):
 def prompts(args, repeating):
     rng = np.random.default_rng(0)
     if not repeating:
-        return rng.integers(0, args.vocabulary, (args.batch, args.prompt_length)).tolist()
+        return rng.integers(
+            0, args.vocabulary, (args.batch, args.prompt_length)
+        ).tolist()
     # A prompt that repeats itself: a short phrase, four times over.
     phrase = rng.integers(0, args.vocabulary, (args.batch, args.prompt_length // 4))
     return np.tile(phrase, (1, 4)).tolist()
@@ -78,8 +82,11 @@ def prompts(args, repeating):
 def measure(lm, inputs, args, **kwargs):
     started = time.perf_counter()
     record = lm.generate(
-        inputs, max_new_tokens=args.new_tokens, stop_token_ids=None,
-        return_dict=True, **kwargs,
+        inputs,
+        max_new_tokens=args.new_tokens,
+        stop_token_ids=None,
+        return_dict=True,
+        **kwargs,
     )
     first_call = time.perf_counter() - started
     times = []
@@ -111,7 +118,10 @@ def main(argv=None):
     settings = {
         "self": (False, dict(draft_model=target, num_speculative_tokens=args.k)),
         "truncated": (False, dict(draft_model=draft, num_speculative_tokens=args.k)),
-        "lookup": (True, dict(prompt_lookup_ngram=args.ngram, num_speculative_tokens=args.k)),
+        "lookup": (
+            True,
+            dict(prompt_lookup_ngram=args.ngram, num_speculative_tokens=args.k),
+        ),
     }
     plain = {}
     results = {"backend": keras.config.backend(), "args": vars(args), "modes": {}}
@@ -124,7 +134,9 @@ def main(argv=None):
             results["modes"][name] = plain[repeating]
             print(name, {k: v for k, v in plain[repeating].items() if k != "token_ids"})
         result = measure(target, inputs, args, **kwargs)
-        result["same_tokens_as_plain"] = result["token_ids"] == plain[repeating]["token_ids"]
+        result["same_tokens_as_plain"] = (
+            result["token_ids"] == plain[repeating]["token_ids"]
+        )
         result["speed_up"] = round(plain[repeating]["seconds"] / result["seconds"], 2)
         results["modes"][mode] = result
         print(mode, {k: v for k, v in result.items() if k != "token_ids"})

@@ -34,10 +34,22 @@ import time
 
 import numpy as np
 
-GPT2_SMALL = dict(vocabulary_size=50257, num_layers=12, num_heads=12, hidden_dim=768,
-                  intermediate_dim=3072, max_sequence_length=1024)
-TINY = dict(vocabulary_size=512, num_layers=2, num_heads=2, hidden_dim=32,
-            intermediate_dim=128, max_sequence_length=256)
+GPT2_SMALL = dict(
+    vocabulary_size=50257,
+    num_layers=12,
+    num_heads=12,
+    hidden_dim=768,
+    intermediate_dim=3072,
+    max_sequence_length=1024,
+)
+TINY = dict(
+    vocabulary_size=512,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=32,
+    intermediate_dim=128,
+    max_sequence_length=256,
+)
 END_OF_TEXT = "<|endoftext|>"
 # Unbounded strings and arrays: a random model's rows run long, so that
 # the steps measured are steady ones.
@@ -58,7 +70,9 @@ PROMPT = "The record as JSON:"
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json-schema", help="a JSON schema file (default: built in)")
-    parser.add_argument("--tiny", action="store_true", help="a tiny model, for smoke tests")
+    parser.add_argument(
+        "--tiny", action="store_true", help="a tiny model, for smoke tests"
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds")
@@ -79,8 +93,11 @@ def train_tokenizer(vocabulary_size, path):
     if os.path.isfile(path):
         return tokenizers.Tokenizer.from_file(path)
     root = sysconfig.get_paths()["stdlib"]
-    files = sorted(f for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
-                   if "site-packages" not in f)
+    files = sorted(
+        f
+        for f in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
+        if "site-packages" not in f
+    )
 
     def texts():
         for name in files:
@@ -91,8 +108,11 @@ def train_tokenizer(vocabulary_size, path):
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocabulary_size, special_tokens=[END_OF_TEXT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        vocab_size=vocabulary_size,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts(), trainer)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tokenizer.save(path)
@@ -108,8 +128,10 @@ def build_model(args, folder):
 
     config = TINY if args.tiny else GPT2_SMALL
     cache = os.path.join(os.path.expanduser("~"), ".cache", "keras-gen", "benchmark")
-    raw = train_tokenizer(config["vocabulary_size"],
-                          os.path.join(cache, f"bpe-{config['vocabulary_size']}.json"))
+    raw = train_tokenizer(
+        config["vocabulary_size"],
+        os.path.join(cache, f"bpe-{config['vocabulary_size']}.json"),
+    )
     end = raw.token_to_id(END_OF_TEXT)
     tokenizer = Tokenizer(raw, bos_token_id=end, eos_token_ids=[end])
     keras.utils.set_random_seed(0)
@@ -141,8 +163,13 @@ def keras_gen_systems(args, lm, schema):
 
     def run(processors):
         def generate(n):
-            record = lm.generate(prompts, processors=processors, max_new_tokens=n,
-                                 do_sample=False, return_dict=True)
+            record = lm.generate(
+                prompts,
+                processors=processors,
+                max_new_tokens=n,
+                do_sample=False,
+                return_dict=True,
+            )
             return max(len(ids) for ids in record.token_ids)
 
         return generate
@@ -188,22 +215,29 @@ def outlines_systems(args, folder, schema):
 
     def free(n):
         inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-        model.generate(**inputs, max_new_tokens=n, min_new_tokens=n,
-                       do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        model.generate(
+            **inputs,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+        )
 
     def constrained(n):
         generator.batch(prompts, max_new_tokens=n)
 
-    systems = {"transformers": steps_timer(counted(free)),
-               "outlines + transformers": steps_timer(counted(constrained))}
+    systems = {
+        "transformers": steps_timer(counted(free)),
+        "outlines + transformers": steps_timer(counted(constrained)),
+    }
     return systems, build
 
 
 def build_times(lm, schema):
     """Seconds to build the schema's automaton cold and cached, and to pack."""
-    from keras_gen.processors import JsonSchema
     from keras_gen.kernels import automaton as automaton_lib
     from keras_gen.kernels.constraint_tables import ConstraintTables
+    from keras_gen.processors import JsonSchema
 
     pattern = JsonSchema(schema).pattern()
     size = lm.backbone.vocabulary_size
@@ -219,9 +253,14 @@ def build_times(lm, schema):
     tables = ConstraintTables([automaton], size)
     packed = time.perf_counter() - started
     table_bytes = sum(a.nbytes for a in tables.arrays.values())
-    return {"automaton_cold_s": cold, "automaton_cached_s": cached, "pack_s": packed,
-            "states": automaton.num_states, "transitions": len(automaton.transitions),
-            "table_mb": table_bytes / 1e6}
+    return {
+        "automaton_cold_s": cold,
+        "automaton_cached_s": cached,
+        "pack_s": packed,
+        "states": automaton.num_states,
+        "transitions": len(automaton.transitions),
+        "table_mb": table_bytes / 1e6,
+    }
 
 
 def main(argv=None):
@@ -233,8 +272,12 @@ def main(argv=None):
             schema = json.load(file)
     folder = tempfile.mkdtemp(prefix="keras-gen-structured-")
     lm = build_model(args, folder)
-    results = {"backend": os.environ["KERAS_BACKEND"], "batch": args.batch,
-               "new_tokens": args.new_tokens, **build_times(lm, schema)}
+    results = {
+        "backend": os.environ["KERAS_BACKEND"],
+        "batch": args.batch,
+        "new_tokens": args.new_tokens,
+        **build_times(lm, schema),
+    }
     systems = keras_gen_systems(args, lm, schema)
     if not args.no_peer:
         try:
@@ -265,23 +308,31 @@ def main(argv=None):
 
 
 def report(results):
-    print(f"backend {results['backend']}, batch {results['batch']}, "
-          f"{results['new_tokens']} new tokens at most")
-    print(f"automaton: {results['states']} states, {results['transitions']} "
-          f"transitions, tables {results['table_mb']:.1f} MB; built in "
-          f"{results['automaton_cold_s'] * 1000:.0f} ms, cached "
-          f"{results['automaton_cached_s'] * 1000:.2f} ms, packed in "
-          f"{results['pack_s'] * 1000:.0f} ms")
+    print(
+        f"backend {results['backend']}, batch {results['batch']}, "
+        f"{results['new_tokens']} new tokens at most"
+    )
+    print(
+        f"automaton: {results['states']} states, {results['transitions']} "
+        f"transitions, tables {results['table_mb']:.1f} MB; built in "
+        f"{results['automaton_cold_s'] * 1000:.0f} ms, cached "
+        f"{results['automaton_cached_s'] * 1000:.2f} ms, packed in "
+        f"{results['pack_s'] * 1000:.0f} ms"
+    )
     if "outlines_build_s" in results:
-        print(f"outlines: generator (index) built in "
-              f"{results['outlines_build_s'] * 1000:.0f} ms")
+        print(
+            f"outlines: generator (index) built in "
+            f"{results['outlines_build_s'] * 1000:.0f} ms"
+        )
     if "outlines_skipped" in results:
         print(f"outlines: skipped, {results['outlines_skipped']}")
     times = results["ms_per_step"]
     for name, value in times.items():
         print(f"{name:28s} {value:8.2f} ms per step ({results['steps'][name]} steps)")
-    for free, constrained in (("keras-gen", "keras-gen + JsonSchema"),
-                              ("transformers", "outlines + transformers")):
+    for free, constrained in (
+        ("keras-gen", "keras-gen + JsonSchema"),
+        ("transformers", "outlines + transformers"),
+    ):
         if free in times and constrained in times:
             print(f"{constrained}: {times[constrained] / times[free]:.3f}x {free}")
 

@@ -32,8 +32,9 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
 import pydoc_data.topics  # noqa: E402
+
+import numpy as np  # noqa: E402
 import tokenizers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -256,7 +256,9 @@ def quantize_rows(x):
     scheme, with its epsilon, so an all-zero row stays zero)."""
     ops = keras.ops
     x = ops.cast(x, "float32")
-    scale = 127.0 / (ops.amax(ops.abs(x), axis=-1, keepdims=True) + keras.config.epsilon())
+    scale = 127.0 / (
+        ops.amax(ops.abs(x), axis=-1, keepdims=True) + keras.config.epsilon()
+    )
     rows = ops.clip(ops.round(x * scale), -127, 127)
     return ops.cast(rows, "int8"), scale
 

@@ -34,9 +34,7 @@ def _assigning(fn, donated):
     # chunk would copy the whole cache).
     def assigning_fn(*args, **kwargs):
         values = list(args)
-        values[donated] = tf.nest.map_structure(
-            lambda v: v.read_value(), args[donated]
-        )
+        values[donated] = tf.nest.map_structure(lambda v: v.read_value(), args[donated])
         result = fn(*values, **kwargs)
         tf.nest.map_structure(lambda v, x: v.assign(x), args[donated], result)
 
@@ -79,9 +77,7 @@ def while_loop(cond, body, loop_state, jit_compile=True):
         return (body(state),)
 
     # tf.while_loop wants the body to return the same structure it got.
-    (loop_state,) = tf.while_loop(
-        lambda state: cond(state), tf_body, (loop_state,)
-    )
+    (loop_state,) = tf.while_loop(lambda state: cond(state), tf_body, (loop_state,))
     return loop_state
 
 
@@ -103,9 +99,7 @@ def slice(x, start, length, axis):
 
 
 def update_slice(x, update, start, axis, donate=False):
-    return dynamic_update_slice(
-        x, tf.cast(update, x.dtype), _starts(x, start, axis)
-    )
+    return dynamic_update_slice(x, tf.cast(update, x.dtype), _starts(x, start, axis))
 
 
 def update_rows(x, update, starts, axis, donate=False):
@@ -135,7 +129,9 @@ def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = tf.cast(token_ids, "int32")
     weights = tf.cast(weights, "float32")
     valid = (token_ids >= 0) & (token_ids < vocabulary_size)
-    rows = tf.broadcast_to(tf.range(tf.shape(token_ids)[0])[:, None], tf.shape(token_ids))
+    rows = tf.broadcast_to(
+        tf.range(tf.shape(token_ids)[0])[:, None], tf.shape(token_ids)
+    )
     indices = tf.stack([rows, tf.where(valid, token_ids, 0)], axis=-1)
     return tf.scatter_nd(
         indices,

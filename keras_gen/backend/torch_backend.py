@@ -337,9 +337,7 @@ def count_tokens(token_ids, weights, vocabulary_size):
     token_ids = torch.as_tensor(token_ids).to(torch.int64)
     weights = torch.as_tensor(weights, device=token_ids.device).to(torch.float32)
     valid = (token_ids >= 0) & (token_ids < vocabulary_size)
-    counts = torch.zeros(
-        (token_ids.shape[0], vocabulary_size), device=token_ids.device
-    )
+    counts = torch.zeros((token_ids.shape[0], vocabulary_size), device=token_ids.device)
     return counts.scatter_add(
         1, torch.where(valid, token_ids, 0), torch.where(valid, weights, 0.0)
     )

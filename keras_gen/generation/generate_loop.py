@@ -64,7 +64,9 @@ def bind(sampler, processors, loop):
     )
 
 
-def start(lm, inputs, prefill_length, outputs, processors, sampler, attention_span=None):
+def start(
+    lm, inputs, prefill_length, outputs, processors, sampler, attention_span=None
+):
     """Seed the cache from the prompt; the loop state before step one.
 
     The cache holds `attention_span` positions, by default all of them
@@ -75,7 +77,9 @@ def start(lm, inputs, prefill_length, outputs, processors, sampler, attention_sp
     batch, cache_length = ops.shape(token_ids)
     prompt, prompt_mask = token_ids[:, :prefill_length], mask[:, :prefill_length]
     hidden_states, state = backbone.build_state(
-        prompt, prompt_mask, cache_length=attention_span or cache_length + sampler.lookahead
+        prompt,
+        prompt_mask,
+        cache_length=attention_span or cache_length + sampler.lookahead,
     )
     # Rows are aligned left: the loop starts at the shortest prompt and
     # keeps prompt tokens wherever a longer row still has them.
@@ -193,9 +197,13 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
                 if not advanced:
                     index = int(ops.convert_to_numpy(loop.index))
                     until = min(index + chunk_size, request.cache_length)
-                    loop = advance(loop._replace(until=ops.convert_to_tensor(until, "int32")))
+                    loop = advance(
+                        loop._replace(until=ops.convert_to_tensor(until, "int32"))
+                    )
                 advanced = False
-                time_is_up = max_time is not None and time.monotonic() - started >= max_time
+                time_is_up = (
+                    max_time is not None and time.monotonic() - started >= max_time
+                )
                 view, limits = sampler.stream_view(loop)
                 outputs = program_outputs(sampler, loop, view)
                 chunk = request.read(outputs, limits, time_is_up)

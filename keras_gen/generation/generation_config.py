@@ -427,7 +427,9 @@ class GenerationConfig:
     )
     # Speculative decoding.
     num_speculative_tokens: int = option(
-        _int(1, checks.MAX_SPECULATIVE_TOKENS), None, "Tokens a draft proposes per step."
+        _int(1, checks.MAX_SPECULATIVE_TOKENS),
+        None,
+        "Tokens a draft proposes per step.",
     )
     prompt_lookup_ngram: int = option(
         _int(1, checks.MAX_NGRAM_SIZE), None, "Draft by prompt lookup of this n-gram."
@@ -641,7 +643,9 @@ class GenerationConfig:
 OPTIONS = {f.name: f.metadata for f in dataclasses.fields(GenerationConfig)}
 # Options that, given without `do_sample`, mean sampling: the temperature
 # and the filters.
-SAMPLING_NUMBERS = ("temperature",) + tuple(n for n, m in OPTIONS.items() if m["filter"])
+SAMPLING_NUMBERS = ("temperature",) + tuple(
+    n for n, m in OPTIONS.items() if m["filter"]
+)
 GROUPS = {
     group: tuple(name for name, meta in OPTIONS.items() if meta["group"] == group)
     for group in ("length", "sampling", "processors")

@@ -116,7 +116,9 @@ def build_processors(config, complete=False):
                     continue
                 value = neutral
             arguments[meta["processor"][1]] = value
-        processor = getattr(processors_lib, function)(**arguments) if arguments else None
+        processor = (
+            getattr(processors_lib, function)(**arguments) if arguments else None
+        )
         if processor is not None:
             chain.append(processor)
     return chain

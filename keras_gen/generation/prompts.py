@@ -168,7 +168,6 @@ def per_prompt(values, form, n):
     if isinstance(values, np.ndarray):
         values = values.tolist()
     groups = [
-        values[i : i + n] if n > 1 else values[i]
-        for i in range(0, len(values), n)
+        values[i : i + n] if n > 1 else values[i] for i in range(0, len(values), n)
     ]
     return groups[0] if form in (SINGLE, TEXT) else groups

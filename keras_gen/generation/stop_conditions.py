@@ -49,7 +49,9 @@ def _check_sequences(stop_sequences, vocabulary_size):
     if stop_sequences is None or empty:
         return []
     sequences = checks.check_token_sequences("stop_sequences", stop_sequences)
-    outside = sorted({t for sequence in sequences for t in sequence if t >= vocabulary_size})
+    outside = sorted(
+        {t for sequence in sequences for t in sequence if t >= vocabulary_size}
+    )
     if outside:
         raise ValueError(
             f"`stop_sequences` must hold token ids in [0, {vocabulary_size}). "

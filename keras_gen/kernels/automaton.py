@@ -138,8 +138,7 @@ def check_regex_size(pattern, name="pattern"):
         size, largest = regex_size(pattern)
     except ValueError as error:
         raise ValueError(
-            f"`{name}` {pattern[:200]!r} is not a regular expression: it has "
-            f"{error}."
+            f"`{name}` {pattern[:200]!r} is not a regular expression: it has {error}."
         ) from None
     if size > MAX_REGEX_SIZE:
         raise ValueError(

@@ -68,7 +68,14 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         self.built = True
 
     def call(
-        self, query, key, value, cache=None, index=0, seed_cache=False, padding_mask=None
+        self,
+        query,
+        key,
+        value,
+        cache=None,
+        index=0,
+        seed_cache=False,
+        padding_mask=None,
     ):
         query_length = ops.shape(query)[2]
         # Under a `keras.distribution` each device attends with its own
@@ -128,9 +135,7 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         scores = ops.where(allowed, scores, -1e30)
         weights = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
         outputs = ops.matmul(weights, values)
-        return ops.reshape(
-            outputs, (batch, num_query_heads, query_length, head_dim)
-        )
+        return ops.reshape(outputs, (batch, num_query_heads, query_length, head_dim))
 
     def get_config(self):
         config = super().get_config()

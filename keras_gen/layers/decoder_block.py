@@ -117,7 +117,10 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
 
         def norm(name):
             return RMSNormalization(
-                layer_norm_epsilon, unit_offset=norm_unit_offset, dtype=policy, name=name
+                layer_norm_epsilon,
+                unit_offset=norm_unit_offset,
+                dtype=policy,
+                name=name,
             )
 
         query_width = num_query_heads * head_dim
@@ -131,7 +134,12 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
                 "pre_feedforward_layernorm",
                 "post_feedforward_layernorm",
             ),
-            "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+            "post": (
+                None,
+                "post_attention_layernorm",
+                None,
+                "post_feedforward_layernorm",
+            ),
         }[norm_placement]
         self.norm_names = tuple(
             name
@@ -143,7 +151,9 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
         if before_attention:
             setattr(self, before_attention, norm(before_attention))
         if fused_projections:
-            self.qkv_proj = dense(query_width + 2 * key_width, query_key_value_bias, "qkv_proj")
+            self.qkv_proj = dense(
+                query_width + 2 * key_width, query_key_value_bias, "qkv_proj"
+            )
         else:
             self.q_proj = dense(query_width, query_key_value_bias, "q_proj")
             self.k_proj = dense(key_width, query_key_value_bias, "k_proj")
@@ -188,11 +198,15 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
         key_width = self.num_key_value_heads * self.head_dim
         for name in self.norm_names:
             getattr(self, name).build(input_shape)
-        inputs = ["qkv_proj"] if self.fused_projections else ["q_proj", "k_proj", "v_proj"]
+        inputs = (
+            ["qkv_proj"] if self.fused_projections else ["q_proj", "k_proj", "v_proj"]
+        )
         if self.mlp is not None:
             inputs.append("mlp")
         else:
-            inputs += ["gate_up_proj"] if self.fused_projections else ["gate_proj", "up_proj"]
+            inputs += (
+                ["gate_up_proj"] if self.fused_projections else ["gate_proj", "up_proj"]
+            )
         for name in inputs:
             getattr(self, name).build(input_shape)
         self.o_proj.build(input_shape[:-1] + (query_width,))
@@ -258,7 +272,13 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
         return self.down_proj(activate(gate, self.activation) * up)
 
     def call(
-        self, x, cache=None, index=0, seed_cache=False, padding_mask=None, training=False
+        self,
+        x,
+        cache=None,
+        index=0,
+        seed_cache=False,
+        padding_mask=None,
+        training=False,
     ):
         placement = self.norm_placement
         inputs = self.input_layernorm(x) if placement != "post" else x

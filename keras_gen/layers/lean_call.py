@@ -48,7 +48,9 @@ class LeanCall:
         # Keras' own rule (`Layer.__call__`).
         current = get_autocast_scope()
         if current is not None:
-            if not self.autocast or not keras.backend.is_float_dtype(self.compute_dtype):
+            if not self.autocast or not keras.backend.is_float_dtype(
+                self.compute_dtype
+            ):
                 return AutocastScope(None)
             if current.dtype != self.compute_dtype:
                 return AutocastScope(self.compute_dtype)
@@ -56,4 +58,3 @@ class LeanCall:
         if self.compute_dtype != self.variable_dtype:
             return AutocastScope(self.compute_dtype)
         return None
-

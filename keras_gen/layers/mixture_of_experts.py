@@ -86,7 +86,9 @@ class MixtureOfExperts(LeanCall, keras.layers.Layer):
         self.gate_kernel = self.add_weight(
             name="gate_kernel", shape=(experts, hidden_dim, width)
         )
-        self.up_kernel = self.add_weight(name="up_kernel", shape=(experts, hidden_dim, width))
+        self.up_kernel = self.add_weight(
+            name="up_kernel", shape=(experts, hidden_dim, width)
+        )
         self.down_kernel = self.add_weight(
             name="down_kernel", shape=(experts, width, hidden_dim)
         )
@@ -106,7 +108,10 @@ class MixtureOfExperts(LeanCall, keras.layers.Layer):
         weights, experts = self.route(flat)
         weights = ops.cast(weights, x.dtype)
         tokens = flat.shape[0]
-        if tokens is not None and tokens * self.num_experts_per_token < self.num_experts:
+        if (
+            tokens is not None
+            and tokens * self.num_experts_per_token < self.num_experts
+        ):
             outputs = self._gathered(flat, weights, experts)
         else:
             outputs = self._dense(flat, weights, experts)
@@ -116,10 +121,14 @@ class MixtureOfExperts(LeanCall, keras.layers.Layer):
         # (tokens * k, ...): one row per chosen (token, expert) pair.
         chosen = ops.reshape(experts, (-1,))
         rows = ops.repeat(x, self.num_experts_per_token, axis=0)
-        gate = ops.einsum("nh,nhi->ni", rows, ops.take(self.gate_kernel, chosen, axis=0))
+        gate = ops.einsum(
+            "nh,nhi->ni", rows, ops.take(self.gate_kernel, chosen, axis=0)
+        )
         up = ops.einsum("nh,nhi->ni", rows, ops.take(self.up_kernel, chosen, axis=0))
         hidden = activate(gate, self.activation) * up
-        down = ops.einsum("ni,nih->nh", hidden, ops.take(self.down_kernel, chosen, axis=0))
+        down = ops.einsum(
+            "ni,nih->nh", hidden, ops.take(self.down_kernel, chosen, axis=0)
+        )
         down = ops.reshape(down, (-1, self.num_experts_per_token, ops.shape(x)[-1]))
         return ops.einsum("tkh,tk->th", down, weights)
 

@@ -11,8 +11,13 @@ from keras_gen.utils.checks import check_int
 from keras_gen.utils.checks import check_positive
 
 
-def _llama3_frequencies(inverse_frequencies, factor, low_freq_factor,
-                        high_freq_factor, original_max_position_embeddings):
+def _llama3_frequencies(
+    inverse_frequencies,
+    factor,
+    low_freq_factor,
+    high_freq_factor,
+    original_max_position_embeddings,
+):
     # Long wavelengths are slowed down by `factor`, short ones kept, and the
     # band between the two interpolated smoothly (Llama 3.1).
     wavelengths = 2 * math.pi / inverse_frequencies
@@ -37,8 +42,9 @@ def _linear_frequencies(inverse_frequencies, factor):
     return (inverse_frequencies / factor).astype("float32")
 
 
-def _longrope_frequencies(inverse_frequencies, short_factor, long_factor,
-                          original_max_position_embeddings):
+def _longrope_frequencies(
+    inverse_frequencies, short_factor, long_factor, original_max_position_embeddings
+):
     # Phi-3's LongRoPE: one divisor per frequency, a short set for
     # sequences up to the pretraining length and a long set beyond it.
     for name, factors in (("short_factor", short_factor), ("long_factor", long_factor)):
@@ -64,12 +70,17 @@ def _check_scaling(scaling, keys):
             check_int(name, value, low=1)
         elif key in ("short_factor", "long_factor"):
             if not isinstance(value, (list, tuple)):
-                raise TypeError(f"`{name}` must be a list of numbers. Received: {value!r}")
+                raise TypeError(
+                    f"`{name}` must be a list of numbers. Received: {value!r}"
+                )
             for factor in value:
                 check_positive(name, factor)
         else:
             check_positive(name, value)
-    if "low_freq_factor" in keys and scaling["low_freq_factor"] >= scaling["high_freq_factor"]:
+    if (
+        "low_freq_factor" in keys
+        and scaling["low_freq_factor"] >= scaling["high_freq_factor"]
+    ):
         raise ValueError(
             "`scaling['low_freq_factor']` must be below `scaling['high_freq_factor']`. "
             f"Received: {scaling}"

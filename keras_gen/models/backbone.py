@@ -113,7 +113,9 @@ class Backbone(keras.Model):
         # The layers' config says whether activations are quantized too
         # (`CausalLM.quantize(..., quantize_activations=False)` keeps them
         # float).
-        setting = getattr(quantized[0], "quantization_config", None) if quantized else None
+        setting = (
+            getattr(quantized[0], "quantization_config", None) if quantized else None
+        )
         if setting is not None:
             config["quantization_config"] = keras.saving.serialize_keras_object(setting)
         return config
@@ -200,7 +202,8 @@ class Backbone(keras.Model):
                 hidden_states,
                 embedding._embeddings,
                 embedding.embeddings_scale,
-                quantize_inputs=getattr(config, "activation_quantizer", None) is not None,
+                quantize_inputs=getattr(config, "activation_quantizer", None)
+                is not None,
                 transpose=True,
             )
             return ops.cast(logits, "float32")

@@ -37,6 +37,7 @@ PREPROCESSOR_LENGTH = 1024
 # `fit` and `evaluate` keywords that go to the text preprocessor.
 PREPROCESSING_OPTIONS = preprocessing.OPTIONS
 
+
 def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
     """A `Speculation`, with the draft model checked."""
     draft = getattr(draft_model, "backbone", draft_model)
@@ -108,7 +109,9 @@ class CausalLM(keras.Model):
         padding_mask = None
         if isinstance(inputs, dict):
             inputs, padding_mask = inputs["token_ids"], inputs.get("padding_mask")
-        hidden_states = self.backbone(inputs, padding_mask=padding_mask, training=training)
+        hidden_states = self.backbone(
+            inputs, padding_mask=padding_mask, training=training
+        )
         return self.backbone.compute_logits(hidden_states)
 
     def compile(
@@ -215,7 +218,9 @@ class CausalLM(keras.Model):
 
     @preprocessor.setter
     def preprocessor(self, preprocessor):
-        if preprocessor is not None and not isinstance(preprocessor, CausalLMPreprocessor):
+        if preprocessor is not None and not isinstance(
+            preprocessor, CausalLMPreprocessor
+        ):
             raise TypeError(
                 "`preprocessor` must be a `keras_gen.training.CausalLMPreprocessor` "
                 f"or None. Received: {preprocessor!r}"

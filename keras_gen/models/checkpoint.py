@@ -32,7 +32,13 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 # Weight formats that unpickle (run code) or that keras-gen cannot read.
 OTHER_WEIGHT_PATTERNS = (
-    "*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack"
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.pkl",
+    "*.h5",
+    "*.msgpack",
 )
 
 # Buffers that older checkpoints carry and no model reads: attention masks
@@ -187,9 +193,7 @@ class WeightReader:
     def get(self, name):
         self.read.add(name)
         if name not in self.names:
-            raise ValueError(
-                f"The checkpoint in {self.path!r} has no weight {name!r}."
-            )
+            raise ValueError(f"The checkpoint in {self.path!r} has no weight {name!r}.")
         file_path = self.names[name]
         # A file stays mapped only while one of its weights is read: mapped
         # pages count as the process's memory (a whole checkpoint's worth
@@ -404,7 +408,7 @@ def _float_weights(backbone):
             raise ValueError(
                 f"`save_pretrained` writes float or int8-quantized models; "
                 f"{layer.path} is quantized as {mode!r}. Save with "
-                "`lm.save(\"model.keras\")` instead."
+                '`lm.save("model.keras")` instead.'
             )
         if isinstance(layer, keras.layers.Embedding):
             variable = layer._embeddings
@@ -457,7 +461,9 @@ def save_causal_lm(causal_lm, path):
             array = _to_numpy(variable)
         else:
             array = array.astype(NUMPY_DTYPES.get(config["dtype"], np.float32))
-        names, arrays = (name, list(array)) if isinstance(name, tuple) else ((name,), [array])
+        names, arrays = (
+            (name, list(array)) if isinstance(name, tuple) else ((name,), [array])
+        )
         for one_name, one_array in zip(names, arrays):
             one_array = np.swapaxes(one_array, -1, -2) if transpose else one_array
             weights[one_name] = np.ascontiguousarray(one_array)

@@ -29,7 +29,11 @@ ACTIVATIONS = {
 # How each family names its experts: the router, the expert list and the
 # gate, up and down projections of each expert.
 EXPERT_NAMES = {
-    "mixtral": ("block_sparse_moe.gate", "block_sparse_moe.experts", ("w1", "w3", "w2")),
+    "mixtral": (
+        "block_sparse_moe.gate",
+        "block_sparse_moe.experts",
+        ("w1", "w3", "w2"),
+    ),
     "qwen": ("mlp.gate", "mlp.experts", ("gate_proj", "up_proj", "down_proj")),
 }
 
@@ -131,7 +135,9 @@ def qwen_windows(config):
         return {}
     num_layers = config["num_hidden_layers"]
     kinds = config.get("layer_types") or [
-        "sliding_attention" if i >= config.get("max_window_layers", 28) else "full_attention"
+        "sliding_attention"
+        if i >= config.get("max_window_layers", 28)
+        else "full_attention"
         for i in range(num_layers)
     ]
     window, layers = layer_windows(kinds, window)
@@ -168,7 +174,8 @@ def sizes(config, architecture):
         "rope_scaling": scaling,
         "layer_norm_epsilon": epsilon(config, "rms_norm_eps", 1e-6),
         "tie_word_embeddings": check_bool(
-            "config.json's tie_word_embeddings", config.get("tie_word_embeddings", False)
+            "config.json's tie_word_embeddings",
+            config.get("tie_word_embeddings", False),
         ),
         "max_sequence_length": size(config, "max_position_embeddings", optional=True),
         "activation": activation(config, architecture, "hidden_act"),
@@ -177,8 +184,12 @@ def sizes(config, architecture):
 
 # The options every decoder config expresses.
 COMMON_OPTIONS = {
-    "head_dim", "rope_max_wavelength", "rope_scaling", "layer_norm_epsilon",
-    "tie_word_embeddings", "max_sequence_length",
+    "head_dim",
+    "rope_max_wavelength",
+    "rope_scaling",
+    "layer_norm_epsilon",
+    "tie_word_embeddings",
+    "max_sequence_length",
 }
 
 
@@ -229,7 +240,9 @@ def base_config(backbone, architecture, model_type):
 
 def layer_types(backbone):
     return [
-        "full_attention" if backbone.layer_sliding_window(i) is None else "sliding_attention"
+        "full_attention"
+        if backbone.layer_sliding_window(i) is None
+        else "sliding_attention"
         for i in range(backbone.num_layers)
     ]
 
@@ -248,7 +261,9 @@ def _block_weights(block, name, experts):
         for norm in block.norm_names
     ]
     attention = f"{name}.self_attn"
-    projections = ("qkv_proj",) if block.fused_projections else ("q_proj", "k_proj", "v_proj")
+    projections = (
+        ("qkv_proj",) if block.fused_projections else ("q_proj", "k_proj", "v_proj")
+    )
     for projection in projections + ("o_proj",):
         weights += _dense(getattr(block, projection), f"{attention}.{projection}")
     if block.query_key_norm is not None:
@@ -271,7 +286,9 @@ def _block_weights(block, name, experts):
             # One `(out, in)` tensor per expert, stacked on the first axis.
             weights.append((names, variable, True))
         return weights
-    projections = ("gate_up_proj",) if block.fused_projections else ("gate_proj", "up_proj")
+    projections = (
+        ("gate_up_proj",) if block.fused_projections else ("gate_proj", "up_proj")
+    )
     for projection in projections + ("down_proj",):
         weights += _dense(getattr(block, projection), f"{name}.mlp.{projection}")
     return weights

@@ -2,11 +2,11 @@
 
 from keras import ops
 
+from keras_gen.kernels.stopping import suffix_match
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import count_tokens
 from keras_gen.processors.logits_processor import pad_sequences
-from keras_gen.kernels.stopping import suffix_match
 from keras_gen.utils.checks import check_token_sequences
 
 

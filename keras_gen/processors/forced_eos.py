@@ -2,10 +2,10 @@
 
 from keras import ops
 
+from keras_gen.kernels.filters import token_mask
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_ids
-from keras_gen.kernels.filters import token_mask
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_token_ids
 

@@ -1,7 +1,7 @@
 """Output that is a JSON object."""
 
-from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.kernels.json_schema import schema_regex
+from keras_gen.processors.structured_output import StructuredOutput
 
 
 class JsonObject(StructuredOutput):

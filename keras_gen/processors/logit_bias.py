@@ -6,8 +6,8 @@ from keras_gen.processors.bad_words import sequence_bias
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_sequences
-from keras_gen.utils.checks import check_number
 from keras_gen.utils.checks import MAX_ID_SEQUENCE_LENGTH
+from keras_gen.utils.checks import check_number
 from keras_gen.utils.checks import check_token_ids
 
 # The largest finite bias (see `LogitBias`).

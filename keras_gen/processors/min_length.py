@@ -2,10 +2,10 @@
 
 from keras import ops
 
+from keras_gen.kernels.filters import token_mask
 from keras_gen.processors.logits_processor import NEG_INF
 from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.processors.logits_processor import pad_ids
-from keras_gen.kernels.filters import token_mask
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_token_ids
 
@@ -55,7 +55,9 @@ class MinLength(LogitsProcessor):
         self.stop_token_ids = stop_token_ids
         if stop_token_ids is not None:
             self.stop_token_ids = check_token_ids("stop_token_ids", stop_token_ids)
-        self.padded_ids = None if stop_token_ids is None else pad_ids(self.stop_token_ids)
+        self.padded_ids = (
+            None if stop_token_ids is None else pad_ids(self.stop_token_ids)
+        )
 
     def get_parameters(self):
         parameters = {

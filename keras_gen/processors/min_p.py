@@ -1,7 +1,7 @@
 """Min-p filter."""
 
-from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.kernels.filters import min_p_filter
+from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.utils.checks import check_probability
 
 

@@ -63,7 +63,9 @@ class NoRepeatNGram(LogitsProcessor):
         starts = ops.arange(length, dtype="int32")[None, :]
         match = ops.logical_and(match, starts <= index - n)
         # The token that completed each matching n-gram is banned.
-        ends = ops.broadcast_to(ops.clip(starts + n - 1, 0, length - 1), (batch, length))
+        ends = ops.broadcast_to(
+            ops.clip(starts + n - 1, 0, length - 1), (batch, length)
+        )
         completions = ops.take_along_axis(prompt, ends, axis=1)
         weights = ops.cast(match, "float32")
         banned = count_tokens(completions, weights, ops.shape(logits)[-1]) > 0

@@ -1,7 +1,7 @@
 """Output that matches a regular expression."""
 
-from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.kernels.automaton import check_regex
+from keras_gen.processors.structured_output import StructuredOutput
 
 
 class Regex(StructuredOutput):

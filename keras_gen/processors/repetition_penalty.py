@@ -43,9 +43,7 @@ class RepetitionPenalty(LogitsProcessor):
     def __call__(self, logits, prompt, index, mask):
         vocabulary_size = ops.shape(logits)[-1]
         seen = count_tokens(prompt, history(prompt, index), vocabulary_size) > 0
-        penalized = ops.where(
-            logits < 0, logits * self.penalty, logits / self.penalty
-        )
+        penalized = ops.where(logits < 0, logits * self.penalty, logits / self.penalty)
         return ops.where(seen, penalized, logits)
 
     def get_config(self):

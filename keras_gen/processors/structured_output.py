@@ -3,13 +3,13 @@
 import numpy as np
 from keras import ops
 
-from keras_gen.processors.logits_processor import NEG_INF
-from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.kernels.automaton import Automaton
 from keras_gen.kernels.constraint_tables import ConstraintTables
 from keras_gen.kernels.constraint_tables import allowed_tokens
 from keras_gen.kernels.constraint_tables import constrain
 from keras_gen.kernels.constraint_tables import next_states
+from keras_gen.processors.logits_processor import NEG_INF
+from keras_gen.processors.logits_processor import LogitsProcessor
 
 
 class StructuredOutput(LogitsProcessor):
@@ -193,7 +193,9 @@ class StructuredOutput(LogitsProcessor):
             return {}
         return {
             "constraints": [
-                None if c is None else {"class": type(c).__name__, "config": c.get_config()}
+                None
+                if c is None
+                else {"class": type(c).__name__, "config": c.get_config()}
                 for c in self.constraints
             ]
         }

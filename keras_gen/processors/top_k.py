@@ -1,7 +1,7 @@
 """Top-k filter."""
 
-from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.kernels.filters import top_k_filter
+from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.utils.checks import check_count
 
 

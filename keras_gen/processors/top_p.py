@@ -1,7 +1,7 @@
 """Top-p (nucleus) filter."""
 
-from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.kernels.filters import top_p_filter
+from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.utils.checks import check_probability
 
 

@@ -1,7 +1,7 @@
 """Locally typical filter."""
 
-from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.kernels.filters import typical_filter
+from keras_gen.processors.logits_processor import LogitsProcessor
 from keras_gen.utils.checks import check_probability
 
 

@@ -93,8 +93,15 @@ class BeamSampler(Sampler):
     # Its numbers are one for the whole search (it runs in `generate` only).
     per_row = False
 
-    def __init__(self, num_beams=5, length_penalty=1.0, early_stopping=False,
-                 num_return_sequences=1, temperature=1.0, seed=None):
+    def __init__(
+        self,
+        num_beams=5,
+        length_penalty=1.0,
+        early_stopping=False,
+        num_return_sequences=1,
+        temperature=1.0,
+        seed=None,
+    ):
         self.num_beams = check_count("num_beams", num_beams)
         self.num_return_sequences = check_count(
             "num_return_sequences", num_return_sequences
@@ -127,8 +134,19 @@ class BeamSampler(Sampler):
         offsets = ops.arange(ops.shape(beams)[0], dtype="int32")[:, None] * width
         return ops.reshape(ops.cast(beams, "int32") + offsets, (-1,))
 
-    def start(self, prompt, state, index, mask=None, stop_token_ids=None,
-              hidden_states=None, end=None, seed=None, outputs=None, **kwargs):
+    def start(
+        self,
+        prompt,
+        state,
+        index,
+        mask=None,
+        stop_token_ids=None,
+        hidden_states=None,
+        end=None,
+        seed=None,
+        outputs=None,
+        **kwargs,
+    ):
         """The loop state of `num_beams` copies of every row, all in step.
 
         Rows `b * num_beams` to `b * num_beams + num_beams - 1` are prompt
@@ -150,8 +168,16 @@ class BeamSampler(Sampler):
             state = keras.tree.map_structure(repeat, state)
         outputs = {name: repeat(buffer) for name, buffer in (outputs or {}).items()}
         loop = super().start(
-            repeat(prompt), state, index, mask, stop_token_ids, None, end, seed,
-            outputs=outputs, **kwargs,
+            repeat(prompt),
+            state,
+            index,
+            mask,
+            stop_token_ids,
+            None,
+            end,
+            seed,
+            outputs=outputs,
+            **kwargs,
         )
         first = ops.cast(ops.arange(num_beams) > 0, "float32") * NEG
         return loop._replace(
@@ -211,7 +237,11 @@ class BeamSampler(Sampler):
         accept = ops.logical_and(accept, best > NEG / 2)
         best = best / ops.power(generated, self.length_penalty)[:, None]
         loop = self._add_finished(
-            loop, best, indices // vocabulary_size, tokens, accept,
+            loop,
+            best,
+            indices // vocabulary_size,
+            tokens,
+            accept,
             self._chosen(log_probs, indices),
         )
 
@@ -230,7 +260,9 @@ class BeamSampler(Sampler):
                 for key, value in loop.processor_states.items()
             },
             token_ids=ops.take(loop.token_ids, beams, axis=0),
-            sampler_state=loop.sampler_state._replace(scores=ops.reshape(scores, (-1,))),
+            sampler_state=loop.sampler_state._replace(
+                scores=ops.reshape(scores, (-1,))
+            ),
             outputs=self._continue(
                 loop.outputs, beams, self._chosen(log_probs, indices), index
             ),
@@ -394,7 +426,9 @@ class BeamSampler(Sampler):
         done = rows(loop.done).all(1) | (rows(loop.end)[:, 0] <= index)
         limits = []
         for b in range(len(beams)):
-            candidates = np.concatenate([beams[b][live[b]], finished_ids[b][finished[b]]])
+            candidates = np.concatenate(
+                [beams[b][live[b]], finished_ids[b][finished[b]]]
+            )
             agree = (candidates == candidates[:1]).all(0)[:index]
             limit = len(agree) if agree.all() else int(np.argmin(agree))
             limits += [beams.shape[-1] if done[b] else limit] * n
@@ -407,7 +441,8 @@ class BeamSampler(Sampler):
 
         def pick(final_rows, beam_rows, hypothesis_rows):
             searching = where_rows(
-                use_beam, ops.take(beam_rows, first, 0),
+                use_beam,
+                ops.take(beam_rows, first, 0),
                 ops.take(hypothesis_rows, first, 0),
             )
             return where_rows(use_final, final_rows, searching)

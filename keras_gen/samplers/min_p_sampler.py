@@ -1,8 +1,8 @@
 """Min-p sampling."""
 
+from keras_gen.kernels.filters import min_p_filter
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.kernels.filters import min_p_filter
 from keras_gen.utils.checks import check_probability
 
 

@@ -9,7 +9,6 @@ from keras_gen.samplers.loop_state import LoopState
 from keras_gen.utils.checks import check_temperature
 from keras_gen.utils.tunable import Tunable
 
-
 # Row `r` of a batch draws its random numbers from the key
 # `(seed, r * ROW_STRIDE + position)`: they depend on the seed, the row and
 # the position only, not on the other rows.
@@ -192,7 +191,8 @@ class Sampler(Tunable):
         )
         if stop_sequences is not None:
             stop_sequences = {
-                name: ops.convert_to_tensor(value) for name, value in stop_sequences.items()
+                name: ops.convert_to_tensor(value)
+                for name, value in stop_sequences.items()
             }
         return LoopState(
             token_ids=prompt,
@@ -233,7 +233,9 @@ class Sampler(Tunable):
         logits, hidden_states, state = next(loop.token_ids, loop.state, index)
         logits = ops.cast(logits, "float32")
         processed = self.process_logits(logits, loop)
-        token, scores = self.choose(processed, rows_lib.step_seeds(loop.seed, index), loop)
+        token, scores = self.choose(
+            processed, rows_lib.step_seeds(loop.seed, index), loop
+        )
         loop = self.record(
             loop, token, logits=logits, scores=scores, hidden_states=hidden_states
         )
@@ -249,7 +251,9 @@ class Sampler(Tunable):
         sampled = ops.logical_and(ops.logical_not(greedy), ops.logical_not(loop.done))
         token = backend.cond(
             ops.any(sampled),
-            lambda scores, seed, best: ops.cast(self.get_next_token(scores, seed), "int32"),
+            lambda scores, seed, best: ops.cast(
+                self.get_next_token(scores, seed), "int32"
+            ),
             lambda scores, seed, best: best,
             scores,
             seed,
@@ -378,7 +382,9 @@ class Sampler(Tunable):
         index, done = loop.index, loop.done
         token_ids, mask = loop.token_ids, loop.mask
         in_prompt = rows_lib.read(mask, index)
-        token = ops.where(in_prompt, rows_lib.read(token_ids, index), ops.cast(token, "int32"))
+        token = ops.where(
+            in_prompt, rows_lib.read(token_ids, index), ops.cast(token, "int32")
+        )
         is_stop = ops.any(token[:, None] == loop.stop_token_ids, axis=-1)
         token_ids = rows_lib.write(token_ids, token, index, done)
         if loop.stop_sequences:
@@ -391,7 +397,9 @@ class Sampler(Tunable):
         )
         moved = ops.logical_and(ops.logical_not(in_prompt), ops.logical_not(done))
         return loop._replace(
-            processor_states=self.advance_processors(loop.processor_states, token, moved),
+            processor_states=self.advance_processors(
+                loop.processor_states, token, moved
+            ),
             token_ids=token_ids,
             state=state,
             index=rows_lib.advance(index, ops.logical_not(done)),
@@ -400,9 +408,7 @@ class Sampler(Tunable):
 
     def run(self, next, loop):
         """Step until `cond` fails: one loop inside the compiled program."""
-        return backend.while_loop(
-            self.cond, lambda loop: self.step(next, loop), loop
-        )
+        return backend.while_loop(self.cond, lambda loop: self.step(next, loop), loop)
 
     def row_counts(self, loop):
         """Per-row counts the host reads beside the tokens: a dict of
@@ -439,7 +445,12 @@ class Sampler(Tunable):
         if stop_sequences is not None:
             stop_sequences = stopping.sequence_tensors(stop_sequences)
         loop = self.start(
-            prompt, state, index, mask, stop_token_ids, hidden_states,
+            prompt,
+            state,
+            index,
+            mask,
+            stop_token_ids,
+            hidden_states,
             stop_sequences=stop_sequences,
         )
         rows = ops.shape(loop.token_ids)[0]
@@ -452,4 +463,3 @@ class Sampler(Tunable):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-

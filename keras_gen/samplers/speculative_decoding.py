@@ -6,15 +6,14 @@ import copy
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.kernels import stopping
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
 from keras_gen.samplers.sampler import log_prob_outputs
-from keras_gen.kernels import stopping
 from keras_gen.utils import checks
 from keras_gen.utils.checks import MAX_NGRAM_SIZE
 from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
-
 
 # The default of `num_speculative_tokens`.
 SPECULATIVE_TOKENS = 4
@@ -25,7 +24,8 @@ ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
 
 class SpeculativeState(
     collections.namedtuple(
-        "SpeculativeState", ("lengths", "accepted_tokens", "draft_tokens", "draft_state")
+        "SpeculativeState",
+        ("lengths", "accepted_tokens", "draft_tokens", "draft_state"),
     )
 ):
     """Speculative decoding's own loop state: each row's length (rows
@@ -201,7 +201,11 @@ class SpeculativeSampler(Sampler):
             "num_speculative_tokens", num_speculative_tokens, 1, MAX_SPECULATIVE_TOKENS
         )
         self.prompt_lookup_ngram = checks.check_int(
-            "prompt_lookup_ngram", prompt_lookup_ngram, 1, MAX_NGRAM_SIZE, allow_none=True
+            "prompt_lookup_ngram",
+            prompt_lookup_ngram,
+            1,
+            MAX_NGRAM_SIZE,
+            allow_none=True,
         )
         self.greedy = isinstance(sampler, GreedySampler)
         # Buffers and caches are this much wider than the token buffer: a
@@ -458,7 +462,9 @@ class SpeculativeSampler(Sampler):
         for j in range(ops.shape(tokens)[1] if walk[0] else 0):
             walk.append(self.advance_processors(walk[-1], tokens[:, j]))
         return {
-            key: take_rows(ops.stack([w[key] for w in walk], axis=1), kept[:, None])[:, 0]
+            key: take_rows(ops.stack([w[key] for w in walk], axis=1), kept[:, None])[
+                :, 0
+            ]
             for key in walk[0]
         }
 
@@ -466,7 +472,9 @@ class SpeculativeSampler(Sampler):
         """Cut each row's `kept` new tokens after its first stop."""
         lengths = loop.sampler_state.lengths
         slots = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :]
-        is_stop = ops.any(tokens[..., None] == loop.stop_token_ids[None, None, :], axis=-1)
+        is_stop = ops.any(
+            tokens[..., None] == loop.stop_token_ids[None, None, :], axis=-1
+        )
         if loop.stop_sequences:
             matches = [
                 stopping.stop_match(token_ids, lengths + j, loop.stop_sequences)
@@ -486,7 +494,9 @@ class SpeculativeSampler(Sampler):
         values.update(log_prob_outputs(values["scores"], tokens, outputs))
         lengths = loop.sampler_state.lengths
         outputs = {
-            name: backend.update_rows(buffer, ops.cast(values[name], buffer.dtype), lengths, 1)
+            name: backend.update_rows(
+                buffer, ops.cast(values[name], buffer.dtype), lengths, 1
+            )
             for name, buffer in outputs.items()
         }
         return loop._replace(outputs=outputs)

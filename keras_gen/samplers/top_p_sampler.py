@@ -1,8 +1,8 @@
 """Top-p (nucleus) sampling."""
 
+from keras_gen.kernels.filters import filter_logits
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
-from keras_gen.kernels.filters import filter_logits
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_probability
 

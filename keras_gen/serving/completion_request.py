@@ -156,7 +156,9 @@ class CompletionRequest:
         self.stop = tuple(self._read_stop(body)) + tuple(stop_strings)
         self.config = self._read_options(body, model)
         self.outputs = [
-            name for name in VOCABULARY_OUTPUTS if getattr(self.config, f"output_{name}")
+            name
+            for name in VOCABULARY_OUTPUTS
+            if getattr(self.config, f"output_{name}")
         ]
         numbers = len(self.rows) * self.max_tokens * model.vocabulary_size
         if self.outputs and numbers * len(self.outputs) > MAX_VOCABULARY_OUTPUTS:
@@ -375,11 +377,10 @@ class CompletionRequest:
             )
         if not given:
             return None, None
-        (field, value), = given.items()
+        ((field, value),) = given.items()
         if value.get("grammar") is not None:
             raise APIError(
-                "Grammars are not supported: give a JSON schema, a regex or "
-                "a choice.",
+                "Grammars are not supported: give a JSON schema, a regex or a choice.",
                 param=field,
             )
         return field, value

@@ -16,23 +16,23 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import processors as processors_lib
 from keras_gen import samplers
+from keras_gen.generation import options as options_lib
+from keras_gen.generation import prompts as prompts_lib
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.generation.generation_config import GenerationConfig
-from keras_gen.generation import prompts as prompts_lib
 from keras_gen.generation.generation_request import MIN_CACHE_LENGTH
 from keras_gen.generation.generation_request import MIN_PREFILL_LENGTH
 from keras_gen.generation.generation_request import STOP_TOKEN_SLOTS
 from keras_gen.generation.generation_request import GenerationRequest
 from keras_gen.generation.program_cache import ProgramCache
-from keras_gen.processors import StructuredOutput
-from keras_gen.samplers.sampler import ROW_STRIDE
-from keras_gen.generation import options as options_lib
 from keras_gen.kernels.automaton import Automaton
 from keras_gen.kernels.automaton import words
 from keras_gen.kernels.constraint_tables import FREE
 from keras_gen.kernels.constraint_tables import MAX_KEY
 from keras_gen.kernels.constraint_tables import ConstraintTables
+from keras_gen.processors import StructuredOutput
+from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
@@ -60,7 +60,9 @@ UNSUPPORTED = {
 # Lanes for the processor options, made by the options mapping from each
 # option's example value (each slot then holds its own).
 OPTION_LANES = {
-    name: meta["example"] for name, meta in OPTIONS.items() if meta["example"] is not None
+    name: meta["example"]
+    for name, meta in OPTIONS.items()
+    if meta["example"] is not None
 }
 # Per-step outputs the wide decode program writes (`(slots, chunk, vocab)`
 # rings), run only while a request asks for one of them.
@@ -492,7 +494,9 @@ class Engine:
         automaton = _automaton(structured, reader, lm)
         if automaton is not None:  # it fits alone, or it is refused now
             ConstraintTables.sizes(
-                [automaton], lm.backbone.vocabulary_size, capacity=self.constraint_capacity
+                [automaton],
+                lm.backbone.vocabulary_size,
+                capacity=self.constraint_capacity,
             )
         return _Job(
             reader, GenerationHandle(rows), settings, lanes, config.max_time, automaton
@@ -540,7 +544,9 @@ class Engine:
     def _serve(self):
         while True:
             with self._condition:
-                while not (self._closed or self._waiting or self._jobs or self._warm_up):
+                while not (
+                    self._closed or self._waiting or self._jobs or self._warm_up
+                ):
                     self._condition.wait()
                 if self._closed:
                     break
@@ -691,7 +697,10 @@ class Engine:
         parameters, lane_rows = self._lanes.inputs(rows)
 
         def tensors(arrays):
-            return {name: ops.convert_to_tensor(array[:rows]) for name, array in arrays.items()}
+            return {
+                name: ops.convert_to_tensor(array[:rows])
+                for name, array in arrays.items()
+            }
 
         slots = {
             **tensors(self._host),
@@ -746,7 +755,10 @@ class Engine:
         }
         return _LazyArrays(
             {
-                name: ((self.num_slots, self._ring, *shape), _OUTPUT_DTYPES.get(name, "float32"))
+                name: (
+                    (self.num_slots, self._ring, *shape),
+                    _OUTPUT_DTYPES.get(name, "float32"),
+                )
                 for name, shape in shapes.items()
             }
         )

@@ -60,7 +60,9 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
     block = (rows, cache_length) != tuple(ops.shape(cache[0][0])[::2])
     state = cache
     if block:
-        state = tuple(tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache)
+        state = tuple(
+            tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache
+        )
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = LoopState(
         token_ids=slots["token_ids"],

@@ -23,12 +23,12 @@ import starlette.exceptions
 
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
-from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.serving.completion_request import CompletionRequest
 from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
+from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.utils.ticker import Ticker
 
 MAX_BODY_BYTES = 1 << 20
@@ -125,7 +125,9 @@ class _Completion:
         self.tokens = [[] for _ in range(rows)]
         self.log_probs = [[] for _ in range(rows)]
         self.top = [[] for _ in range(rows)]
-        self.vocabulary_outputs = {name: [[] for _ in range(rows)] for name in request.outputs}
+        self.vocabulary_outputs = {
+            name: [[] for _ in range(rows)] for name in request.outputs
+        }
         self.finish_reasons = [None] * rows
 
     def add(self, offset, chunk):

@@ -73,7 +73,8 @@ class ProcessorLanes:
                 (
                     i
                     for i in range(start, len(self.templates))
-                    if _config_structure(self.templates[i]) == _config_structure(processor)
+                    if _config_structure(self.templates[i])
+                    == _config_structure(processor)
                 ),
                 None,
             )
@@ -86,7 +87,9 @@ class ProcessorLanes:
 
     def _unmatched(self, processor, matched):
         name = type(processor).__name__
-        if any(_config_structure(t) == _config_structure(processor) for t in self.templates):
+        if any(
+            _config_structure(t) == _config_structure(processor) for t in self.templates
+        ):
             return (
                 f"The engine runs its processors in one order "
                 f"({[type(t).__name__ for t in self.templates]}): {name} comes "

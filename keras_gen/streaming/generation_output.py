@@ -97,7 +97,11 @@ class GenerationOutput:
             "token_ids": [sum((c.token_ids[r] for c in chunks), []) for r in rows],
             "finish_reasons": [
                 next(
-                    (c.finish_reasons[r] for c in reversed(chunks) if c.finish_reasons[r]),
+                    (
+                        c.finish_reasons[r]
+                        for c in reversed(chunks)
+                        if c.finish_reasons[r]
+                    ),
                     None,
                 )
                 for r in rows
@@ -113,7 +117,6 @@ class GenerationOutput:
         for name in STEP_OUTPUTS:
             if getattr(first, name) is not None:
                 joined[name] = [
-                    np.concatenate([getattr(c, name)[r] for c in chunks])
-                    for r in rows
+                    np.concatenate([getattr(c, name)[r] for c in chunks]) for r in rows
                 ]
         return cls(**joined)

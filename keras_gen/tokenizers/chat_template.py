@@ -135,7 +135,7 @@ class ChatTemplate:
                     "start of its continuation, so its replies cannot be told "
                     "from its prompts: train with `mask_prompt=False`."
                 )
-            pieces += [(before[len(done):], False), (after[len(before):], True)]
+            pieces += [(before[len(done) :], False), (after[len(before) :], True)]
             done = after
         text = self.render(messages, add_generation_prompt=False)
         if not text.startswith(done):
@@ -143,5 +143,5 @@ class ChatTemplate:
                 "The chat template renders the whole conversation differently "
                 "from its parts: train with `mask_prompt=False`."
             )
-        pieces.append((text[len(done):], False))
+        pieces.append((text[len(done) :], False))
         return [(piece, is_reply) for piece, is_reply in pieces if piece]

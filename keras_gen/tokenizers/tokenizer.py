@@ -154,7 +154,11 @@ class Tokenizer:
             config=config,
         )
         if "chat_template" in config:  # checked now, not at the first chat
-            file = CHAT_TEMPLATE_FILE if os.path.isfile(template_file) else TOKENIZER_CONFIG_FILE
+            file = (
+                CHAT_TEMPLATE_FILE
+                if os.path.isfile(template_file)
+                else TOKENIZER_CONFIG_FILE
+            )
             ChatTemplate.from_tokenizer(loaded, origin=os.path.join(path, file))
         return loaded
 
@@ -173,7 +177,9 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"`text` must be a string. Received: {text!r}")
         try:
-            encoding = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+            encoding = self.tokenizer.encode(
+                text, add_special_tokens=add_special_tokens
+            )
         except TypeError:  # what `tokenizers` says of a lone surrogate
             raise ValueError(
                 "`text` is not valid Unicode: it holds a lone surrogate "

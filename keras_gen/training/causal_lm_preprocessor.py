@@ -186,7 +186,9 @@ class CausalLMPreprocessor:
         end = getattr(tokenizer, "eos_token_id", None)
         end = [end] if self.add_end_token and end is not None else []
         if isinstance(example, str):
-            ids = tokenizer.encode(example, add_special_tokens=self.add_start_token) + end
+            ids = (
+                tokenizer.encode(example, add_special_tokens=self.add_start_token) + end
+            )
             return ids, [True] * len(ids)
         if isinstance(example, tuple):
             prompt, completion = example
@@ -274,12 +276,16 @@ class CausalLMPreprocessor:
                 "array): a `tf.data.Dataset` is tokenized a batch at a time."
             )
         spec = dataset.element_spec
-        specs = list(spec.values()) if isinstance(spec, dict) else (
-            list(spec) if isinstance(spec, tuple) else [spec]
+        specs = (
+            list(spec.values())
+            if isinstance(spec, dict)
+            else (list(spec) if isinstance(spec, tuple) else [spec])
         )
-        if not all(getattr(s, "dtype", None) == tf.string for s in specs) or (
-            isinstance(spec, (tuple, dict)) and len(specs) != 2
-        ) or (isinstance(spec, dict) and set(spec) != set(PAIR_KEYS)):
+        if (
+            not all(getattr(s, "dtype", None) == tf.string for s in specs)
+            or (isinstance(spec, (tuple, dict)) and len(specs) != 2)
+            or (isinstance(spec, dict) and set(spec) != set(PAIR_KEYS))
+        ):
             raise TypeError(
                 "A text dataset holds strings, (prompt, completion) string "
                 f"tuples or {{{', '.join(map(repr, PAIR_KEYS))}}} dicts. "

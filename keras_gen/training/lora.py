@@ -117,6 +117,7 @@ def merge(backbone):
 def parameter_count(layers):
     """Trainable adapter parameters: `r * (in + out)` per projection."""
     return sum(
-        int(np.prod(layer.lora_kernel_a.shape)) + int(np.prod(layer.lora_kernel_b.shape))
+        int(np.prod(layer.lora_kernel_a.shape))
+        + int(np.prod(layer.lora_kernel_b.shape))
         for layer in layers
     )

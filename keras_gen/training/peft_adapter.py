@@ -38,7 +38,10 @@ def _modules(backbone):
     modules = {}
     for name, variable, transpose in converter.weight_map(backbone):
         if isinstance(name, str) and variable.path in paths:
-            modules[name.removesuffix(".weight")] = (paths[variable.path], not transpose)
+            modules[name.removesuffix(".weight")] = (
+                paths[variable.path],
+                not transpose,
+            )
     return modules
 
 
@@ -54,7 +57,9 @@ def save(causal_lm, path):
     """Write the adapters of `causal_lm` as a PEFT folder at `path`."""
     backbone = causal_lm.backbone
     modules = _modules(backbone)
-    adapted = {name: layer for name, (layer, _) in modules.items() if layer.lora_enabled}
+    adapted = {
+        name: layer for name, (layer, _) in modules.items() if layer.lora_enabled
+    }
     if not adapted:
         raise ValueError(
             "The model has no adapters to save: `lm.backbone.enable_lora(rank)` "
@@ -250,7 +255,9 @@ def load(causal_lm, path):
                 f"The adapter of {name} has shapes {shapes}; the model's "
                 f"projection needs {expected}."
             )
-        alpha = _pattern_value(config.get("alpha_pattern"), name, config.get("lora_alpha", 8))
+        alpha = _pattern_value(
+            config.get("alpha_pattern"), name, config.get("lora_alpha", 8)
+        )
         if config.get("use_rslora"):
             # Keras scales by alpha / r; rsLoRA by alpha / sqrt(r).
             alpha = alpha * math.sqrt(rank)

@@ -126,7 +126,9 @@ def check_count(name, value, allow_none=False):
 def check_choice(name, value, allowed):
     """`value` if it is one of `allowed`, else a ValueError naming them."""
     if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {list(allowed)}. Received: {value!r}")
+        raise ValueError(
+            f"`{name}` must be one of {list(allowed)}. Received: {value!r}"
+        )
     return value
 
 
@@ -198,7 +200,9 @@ def check_strings(name, strings, max_count=None, max_length=None):
             f"Received: {name}={_short(strings)}"
         )
     too_many = max_count is not None and len(strings) > max_count
-    if too_many or (max_length is not None and max(map(len, strings), default=0) > max_length):
+    if too_many or (
+        max_length is not None and max(map(len, strings), default=0) > max_length
+    ):
         raise ValueError(
             f"`{name}` may hold at most {max_count} strings of at most "
             f"{max_length} characters. Received {len(strings)} strings, the "

@@ -79,8 +79,12 @@ def test_matmul_transposed(shape):
     rng = np.random.default_rng(0)
     x = rng.normal(size=shape).astype("float32")
     y = rng.normal(size=(5, 8)).astype("float32")
-    result = backend.matmul_transposed(ops.convert_to_tensor(x), ops.convert_to_tensor(y))
-    np.testing.assert_allclose(ops.convert_to_numpy(result), x @ y.T, rtol=1e-5, atol=1e-5)
+    result = backend.matmul_transposed(
+        ops.convert_to_tensor(x), ops.convert_to_tensor(y)
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(result), x @ y.T, rtol=1e-5, atol=1e-5
+    )
 
 
 def _int8_reference(x, kernel, scale, quantize_inputs):
@@ -159,10 +163,7 @@ def test_compile_function_traces_once_per_shape(traces):
     "name, absent", [("jax", ["tensorflow", "torch"]), ("torch", ["tensorflow"])]
 )
 def test_import_pulls_in_no_other_framework(name, absent):
-    code = (
-        "import sys, keras_gen; "
-        f"print([m for m in {absent!r} if m in sys.modules])"
-    )
+    code = f"import sys, keras_gen; print([m for m in {absent!r} if m in sys.modules])"
     result = subprocess.run(
         [sys.executable, "-c", code],
         env={"KERAS_BACKEND": name, "PATH": ""},

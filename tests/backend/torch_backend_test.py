@@ -11,9 +11,7 @@ PROMPTS = [[5, 9, 2, 33, 61], [7], [1, 2, 3]]
 
 @pytest.mark.slow
 @pytest.mark.only_backend("torch")
-def test_inductor_compiled_step_equals_eager_and_compiles_once(
-    monkeypatch, traces
-):
+def test_inductor_compiled_step_equals_eager_and_compiles_once(monkeypatch, traces):
     from keras_gen.backend import torch_backend
 
     lm = GPT2CausalLM(tiny_gpt2_backbone())

@@ -64,14 +64,23 @@ def test_finetune_lora_example_runs(tmp_path, capsys):
     save_tiny_text_model(tmp_path / "model")
     example = runpy.run_path(str(EXAMPLES / "finetune_lora.py"))
     example["main"](
-        [str(tmp_path / "model"), "--steps", "8", "--texts", "40", "--out", str(tmp_path)]
+        [
+            str(tmp_path / "model"),
+            "--steps",
+            "8",
+            "--texts",
+            "40",
+            "--out",
+            str(tmp_path),
+        ]
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("training ") and " of " in lines[0]
     before, after = (float(x) for x in lines[1].split()[2:5:2])
     assert after < before
     assert sorted(os.listdir(tmp_path / "adapter")) == [
-        "adapter_config.json", "adapter_model.safetensors"
+        "adapter_config.json",
+        "adapter_model.safetensors",
     ]
 
 
@@ -101,8 +110,16 @@ def test_multihost_generate_on_two_processes_equals_one_device():
     coordinator = f"127.0.0.1:{_free_port()}"
     processes = [
         subprocess.Popen(
-            [sys.executable, str(EXAMPLES / "multihost_generate.py"),
-             "--coordinator", coordinator, "--process-id", str(i), "--cpu-devices", "4"],
+            [
+                sys.executable,
+                str(EXAMPLES / "multihost_generate.py"),
+                "--coordinator",
+                coordinator,
+                "--process-id",
+                str(i),
+                "--cpu-devices",
+                "4",
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -122,6 +139,8 @@ def test_multihost_generate_on_two_processes_equals_one_device():
     assert all(r["devices"] == 8 and r["mesh"] == [2, 4] for r in reports)
     example = runpy.run_path(str(EXAMPLES / "multihost_generate.py"))
     lm = keras_gen.CausalLM.from_preset("demo")
-    expected = lm.generate(example["PROMPTS"], max_new_tokens=16, do_sample=False, return_dict=True)
+    expected = lm.generate(
+        example["PROMPTS"], max_new_tokens=16, do_sample=False, return_dict=True
+    )
     # Every process holds the whole result, and it is the one-device result.
     assert reports[0]["tokens"] == reports[1]["tokens"] == expected.token_ids

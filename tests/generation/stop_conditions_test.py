@@ -28,7 +28,10 @@ def test_stop_sequence_cuts_rows(gpt2_lm):
     plain = gpt2_lm.generate([[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=None)
     stop = plain[0][5:7]
     out = gpt2_lm.generate(
-        [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_token_ids=None, stop_sequences=[stop]
+        [[1, 2, 3], [4, 5]],
+        max_new_tokens=8,
+        stop_token_ids=None,
+        stop_sequences=[stop],
     )
     assert out[0] == plain[0][:7]
     assert out[1] == plain[1][: _first_end(plain[1], 2, stop)]
@@ -63,10 +66,19 @@ def test_stop_string_matches_every_split(split):
 
     from keras_gen.kernels import stopping
 
-    tables = {k: ops.convert_to_tensor(v) for k, v in stopping.string_tables(pieces, ["abc"]).items()}
+    tables = {
+        k: ops.convert_to_tensor(v)
+        for k, v in stopping.string_tables(pieces, ["abc"]).items()
+    }
     token_ids = ops.convert_to_tensor(np.asarray([row], "int32"))
     hits = [
-        bool(ops.convert_to_numpy(stopping.string_match(token_ids, ops.convert_to_tensor(i, "int32"), tables))[0])
+        bool(
+            ops.convert_to_numpy(
+                stopping.string_match(
+                    token_ids, ops.convert_to_tensor(i, "int32"), tables
+                )
+            )[0]
+        )
         for i in range(len(row))
     ]
     assert hits.index(True) == 1 + len(split)
@@ -77,10 +89,15 @@ def test_stop_strings_in_generate(gpt2_lm):
     gpt2_lm.tokenizer = tokenizer
     plain = gpt2_lm.generate("abc", max_new_tokens=8, stop_token_ids=None)
     stop = plain[5:7]
-    out = gpt2_lm.generate("abc", max_new_tokens=8, stop_token_ids=None, stop_strings=[stop])
+    out = gpt2_lm.generate(
+        "abc", max_new_tokens=8, stop_token_ids=None, stop_strings=[stop]
+    )
     assert out == plain[: plain.index(stop, 3)]
     kept = gpt2_lm.generate(
-        "abc", max_new_tokens=8, stop_token_ids=None, stop_strings=[stop],
+        "abc",
+        max_new_tokens=8,
+        stop_token_ids=None,
+        stop_strings=[stop],
         include_stop_string=True,
     )
     assert kept == plain[: plain.index(stop, 3) + len(stop)]

@@ -40,8 +40,16 @@ def _run(capsys, argv, stdin=None, monkeypatch=None):
         (["generate", "hi", "--num-beams", "100000"], None, "num_beams"),
         (["generate", "hi", "--stop", "x" * 10000], None, "--stop may hold at most 8"),
         (["generate", "hi", "--temperature", "nan"], None, "temperature"),
-        (["generate", "hi", "--no-repeat-ngram-size", "1000"], None, "no_repeat_ngram_size"),
-        (["generate", "hi", "--max-new-tokens", "1000000"], None, "context of 256 tokens"),
+        (
+            ["generate", "hi", "--no-repeat-ngram-size", "1000"],
+            None,
+            "no_repeat_ngram_size",
+        ),
+        (
+            ["generate", "hi", "--max-new-tokens", "1000000"],
+            None,
+            "context of 256 tokens",
+        ),
         (["generate", "hi", "--regex", "a{100000}"], None, "too large"),
         (["serve", "--max-length", "1000000"], None, "max_length"),
         (["serve", "--max-batch-size", "0"], None, "--max-batch-size"),

@@ -39,7 +39,11 @@ def test_threads_submitting_and_cancelling_never_break_the_step():
                         handle.cancel()
                     try:
                         record = handle.result(TIMEOUT)
-                        assert set(record.finish_reasons) <= {"length", "stop", "cancelled"}
+                        assert set(record.finish_reasons) <= {
+                            "length",
+                            "stop",
+                            "cancelled",
+                        }
                     except RequestCancelled:
                         assert handle.cancelled
                     finished.append(seed)

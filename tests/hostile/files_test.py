@@ -48,22 +48,64 @@ def _write(path, content):
 @pytest.mark.parametrize(
     "file, content, match",
     [
-        ("generation_config.json", "[1, 2]", "generation_config.json must hold a JSON object"),
-        ("generation_config.json", "{not json", "generation_config.json is not valid JSON"),
-        ("generation_config.json", b"\xff\xfe{}", "generation_config.json is not valid JSON"),
-        ("generation_config.json", "null", "generation_config.json must hold a JSON object"),
-        ("generation_config.json", "[" * 100000, "generation_config.json is not valid JSON"),
+        (
+            "generation_config.json",
+            "[1, 2]",
+            "generation_config.json must hold a JSON object",
+        ),
+        (
+            "generation_config.json",
+            "{not json",
+            "generation_config.json is not valid JSON",
+        ),
+        (
+            "generation_config.json",
+            b"\xff\xfe{}",
+            "generation_config.json is not valid JSON",
+        ),
+        (
+            "generation_config.json",
+            "null",
+            "generation_config.json must hold a JSON object",
+        ),
+        (
+            "generation_config.json",
+            "[" * 100000,
+            "generation_config.json is not valid JSON",
+        ),
         ("config.json", '"a string"', "config.json must hold a JSON object"),
         ("config.json", "{", "config.json is not valid JSON"),
-        ("tokenizer_config.json", "[]", "tokenizer_config.json must hold a JSON object"),
-        ("tokenizer_config.json", '{"chat_template": "{% for %}"}', "tokenizer_config.json is not valid jinja2"),
-        ("tokenizer_config.json", '{"chat_template": 5}', "tokenizer_config.json must be a string"),
-        ("tokenizer_config.json", '{"chat_template": [1, 2]}', "tokenizer_config.json must be objects"),
-        ("chat_template.jinja", "{{ unclosed", "chat_template.jinja is not valid jinja2"),
+        (
+            "tokenizer_config.json",
+            "[]",
+            "tokenizer_config.json must hold a JSON object",
+        ),
+        (
+            "tokenizer_config.json",
+            '{"chat_template": "{% for %}"}',
+            "tokenizer_config.json is not valid jinja2",
+        ),
+        (
+            "tokenizer_config.json",
+            '{"chat_template": 5}',
+            "tokenizer_config.json must be a string",
+        ),
+        (
+            "tokenizer_config.json",
+            '{"chat_template": [1, 2]}',
+            "tokenizer_config.json must be objects",
+        ),
+        (
+            "chat_template.jinja",
+            "{{ unclosed",
+            "chat_template.jinja is not valid jinja2",
+        ),
         ("tokenizer.json", "{}", "tokenizer.json is not a valid tokenizer file"),
     ],
 )
-def test_a_broken_model_file_is_named_when_loading(folder, tmp_path, file, content, match):
+def test_a_broken_model_file_is_named_when_loading(
+    folder, tmp_path, file, content, match
+):
     target = _copy(folder, tmp_path)
     _write(target / file, content)
     with pytest.raises((ValueError, TypeError), match=match):
@@ -100,7 +142,9 @@ TOO_LARGE = "describes a model of at least"
         ({"activation_function": "relu"}, ValueError, "activation_function"),
     ],
 )
-def test_a_hostile_gpt2_config_is_refused_by_name(folder, tmp_path, change, error, match):
+def test_a_hostile_gpt2_config_is_refused_by_name(
+    folder, tmp_path, change, error, match
+):
     with pytest.raises(error, match=match):
         CausalLM.from_pretrained(_with_config(folder, tmp_path, change))
 
@@ -118,8 +162,11 @@ def llama_folder(tmp_path_factory):
 
 def _rope(**change):
     base = {
-        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-        "original_max_position_embeddings": 16, "rope_theta": 500000.0,
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 16,
+        "rope_theta": 500000.0,
         "rope_type": "llama3",
     }
     return {"rope_parameters": {**base, **change}}
@@ -143,7 +190,11 @@ def _rope(**change):
         (_rope(factor="nan"), TypeError, "factor"),
         (_rope(factor=-2), ValueError, "factor"),
         (_rope(factor=0), ValueError, "factor"),
-        (_rope(original_max_position_embeddings=0), ValueError, "original_max_position_embeddings"),
+        (
+            _rope(original_max_position_embeddings=0),
+            ValueError,
+            "original_max_position_embeddings",
+        ),
         (_rope(low_freq_factor=5), ValueError, "low_freq_factor.*must be below"),
         (_rope(high_freq_factor=-1), ValueError, "high_freq_factor"),
         (_rope(rope_type="yarn"), ValueError, "rope scaling type 'yarn'"),
@@ -208,9 +259,7 @@ def _adapter_with(adapter, tmp_path, config=None, tensors=None):
 
 def _scale_rank(path):
     tensors = safetensors.numpy.load_file(str(path))
-    cut = {
-        k: (v[:1] if "lora_A" in k else v[:, :1]) for k, v in tensors.items()
-    }
+    cut = {k: (v[:1] if "lora_A" in k else v[:, :1]) for k, v in tensors.items()}
     safetensors.numpy.save_file(cut, str(path))
 
 
@@ -237,7 +286,11 @@ def _poison(path):
         ({"peft_type": "IA3"}, None, "LoRA adapters only"),
         ({"use_dora": True}, None, "use_dora"),
         ({}, _poison, "must hold finite floats"),
-        ({}, lambda p: _write(p, b"garbage" * 10), "is not a readable safetensors file"),
+        (
+            {},
+            lambda p: _write(p, b"garbage" * 10),
+            "is not a readable safetensors file",
+        ),
         ({}, lambda p: _write(p, b""), "is not a readable safetensors file"),
     ],
 )
@@ -263,7 +316,12 @@ def test_a_good_adapter_still_loads(folder, adapter):
     "x, kwargs, error, match",
     [
         (["abc", ("q", "a")], {}, TypeError, "different kinds"),
-        ([("q", "a"), [{"role": "user", "content": "hi"}]], {}, TypeError, "different kinds"),
+        (
+            [("q", "a"), [{"role": "user", "content": "hi"}]],
+            {},
+            TypeError,
+            "different kinds",
+        ),
         (["abc", 5], {}, TypeError, "Example 1"),
         (["abc"], {"batch_size": 0}, ValueError, "batch_size"),
         (["abc"], {"batch_size": -2}, ValueError, "batch_size"),

@@ -28,9 +28,19 @@ def lm():
         (np.array([[1.5, 2.0]]), {}, TypeError, "int token ids"),
         ("The", {"max_new_tokens": 0}, ValueError, "max_new_tokens"),
         ("The", {"max_new_tokens": -1}, ValueError, "max_new_tokens"),
-        ("The", {"max_new_tokens": 10**9}, ValueError, "beyond the model's 256 positions"),
+        (
+            "The",
+            {"max_new_tokens": 10**9},
+            ValueError,
+            "beyond the model's 256 positions",
+        ),
         ("The", {"max_length": 10**9}, ValueError, "beyond the model's 256 positions"),
-        ("The " * 1000, {"max_new_tokens": 4}, ValueError, "beyond the model's 256 positions"),
+        (
+            "The " * 1000,
+            {"max_new_tokens": 4},
+            ValueError,
+            "beyond the model's 256 positions",
+        ),
         ("The", {"temperature": float("nan")}, ValueError, "temperature"),
         ("The", {"temperature": -1.0}, ValueError, "temperature"),
         ("The", {"top_p": float("inf")}, ValueError, "top_p"),
@@ -41,8 +51,18 @@ def lm():
         ("The", {"frequency_penalty": -1e30}, ValueError, "frequency_penalty"),
         ("The", {"logit_bias": {5: 1e30}}, ValueError, "logit_bias"),
         ("The", {"logit_bias": {5: float("inf")}}, ValueError, "logit_bias"),
-        ("The", {"logit_bias": {10**6: 1.0}}, ValueError, "LogitBias refers to token ids outside"),
-        ("The", {"num_beams": 4, "num_return_sequences": 5}, ValueError, "num_return_sequences"),
+        (
+            "The",
+            {"logit_bias": {10**6: 1.0}},
+            ValueError,
+            "LogitBias refers to token ids outside",
+        ),
+        (
+            "The",
+            {"num_beams": 4, "num_return_sequences": 5},
+            ValueError,
+            "num_return_sequences",
+        ),
         ("The", {"eos_token_id": 10**6}, ValueError, "stop_token_ids"),
         ("The", {"stop_strings": ["x" * 10_000]}, ValueError, "stop_strings"),
         ("The", {"stop_strings": [""]}, ValueError, "stop_strings"),
@@ -99,7 +119,10 @@ def test_extreme_sampling_numbers_give_tokens_of_the_vocabulary(lm, options):
 def test_a_nearly_zero_temperature_or_top_p_is_greedy(lm):
     greedy = lm.generate(ids(lm), max_new_tokens=6)
     assert lm.generate(ids(lm), max_new_tokens=6, temperature=1e-30) == greedy
-    assert lm.generate(ids(lm), max_new_tokens=6, temperature=1.0, top_p=1e-9, seed=4) == greedy
+    assert (
+        lm.generate(ids(lm), max_new_tokens=6, temperature=1.0, top_p=1e-9, seed=4)
+        == greedy
+    )
 
 
 @pytest.mark.parametrize("seed", [-1, 0, 2**31, 2**70])

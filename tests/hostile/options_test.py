@@ -19,25 +19,49 @@ CASES = [
     ({"top_k": 2**31}, ValueError, "top_k"),
     ({"top_k": -1}, ValueError, "top_k"),
     ({"num_return_sequences": HUGE}, ValueError, "num_return_sequences"),
-    ({"num_return_sequences": MAX_RETURN_SEQUENCES + 1}, ValueError, "num_return_sequences"),
+    (
+        {"num_return_sequences": MAX_RETURN_SEQUENCES + 1},
+        ValueError,
+        "num_return_sequences",
+    ),
     ({"num_beams": HUGE}, ValueError, "num_beams"),
     ({"num_beams": 0}, ValueError, "num_beams"),
     ({"num_speculative_tokens": HUGE}, ValueError, "num_speculative_tokens"),
     ({"num_speculative_tokens": 0}, ValueError, "num_speculative_tokens"),
     ({"prompt_lookup_ngram": 1000}, ValueError, "prompt_lookup_ngram"),
-    ({"prompt_lookup_ngram": checks.MAX_NGRAM_SIZE + 1}, ValueError, "prompt_lookup_ngram"),
+    (
+        {"prompt_lookup_ngram": checks.MAX_NGRAM_SIZE + 1},
+        ValueError,
+        "prompt_lookup_ngram",
+    ),
     ({"no_repeat_ngram_size": 1000}, ValueError, "no_repeat_ngram_size"),
     ({"stop_strings": ["x" * 10000]}, ValueError, "stop_strings"),
-    ({"stop_strings": ["x" * (MAX_STOP_STRING_LENGTH + 1)]}, ValueError, "stop_strings"),
-    ({"stop_strings": ["s%d" % i for i in range(MAX_STOP_STRINGS + 1)]}, ValueError, "stop_strings"),
+    (
+        {"stop_strings": ["x" * (MAX_STOP_STRING_LENGTH + 1)]},
+        ValueError,
+        "stop_strings",
+    ),
+    (
+        {"stop_strings": ["s%d" % i for i in range(MAX_STOP_STRINGS + 1)]},
+        ValueError,
+        "stop_strings",
+    ),
     ({"stop_strings": ["ok", ""]}, ValueError, "stop_strings"),
     ({"stop_strings": "lone"}, TypeError, "stop_strings"),
     ({"stop_strings": [3]}, ValueError, "stop_strings"),
     ({"stop_sequences": [[1] * 100000]}, ValueError, "stop_sequences"),
-    ({"stop_sequences": [[1]] * (checks.MAX_ID_SEQUENCES + 1)}, ValueError, "stop_sequences"),
+    (
+        {"stop_sequences": [[1]] * (checks.MAX_ID_SEQUENCES + 1)},
+        ValueError,
+        "stop_sequences",
+    ),
     ({"stop_sequences": [[]]}, ValueError, "stop_sequences"),
     ({"bad_words_ids": [[1] * 100000]}, ValueError, "bad_words_ids"),
-    ({"bad_words_ids": [[1, 2]] * (checks.MAX_ID_SEQUENCES + 1)}, ValueError, "bad_words_ids"),
+    (
+        {"bad_words_ids": [[1, 2]] * (checks.MAX_ID_SEQUENCES + 1)},
+        ValueError,
+        "bad_words_ids",
+    ),
     ({"bad_words_ids": [[-1]]}, ValueError, "bad_words_ids"),
     ({"logit_bias": {tuple([1] * 1000): 1.0}}, ValueError, "logit_bias"),
     ({"logit_bias": {1: float("nan")}}, ValueError, "logit_bias"),
@@ -79,9 +103,26 @@ CASES = [
     ({"do_sample": "yes"}, TypeError, "do_sample"),
     ({"output_scores": 1}, TypeError, "output_scores"),
     ({"response_format": "json"}, TypeError, "response_format"),
-    ({"response_format": {"type": "regex", "pattern": "a{100000}"}}, ValueError, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array", "minItems": 10**6}}}}, ValueError, "response_format"),
-    ({"response_format": {"type": "regex", "pattern": "(a"}}, ValueError, "response_format"),
+    (
+        {"response_format": {"type": "regex", "pattern": "a{100000}"}},
+        ValueError,
+        "response_format",
+    ),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"schema": {"type": "array", "minItems": 10**6}},
+            }
+        },
+        ValueError,
+        "response_format",
+    ),
+    (
+        {"response_format": {"type": "regex", "pattern": "(a"}},
+        ValueError,
+        "response_format",
+    ),
     ({"response_format": {"type": "nonsense"}}, ValueError, "response_format"),
     ({"num_beams": 2, "do_sample": True}, ValueError, "do_sample"),
     ({"num_beams": 2, "num_return_sequences": 3}, ValueError, "num_return_sequences"),
@@ -121,7 +162,9 @@ def test_the_automaton_size_is_estimated_before_it_is_built(pattern, refused):
 
 
 def test_regex_size_reads_nesting_alternatives_and_classes():
-    size = lambda pattern: automaton.regex_size(pattern)[0]
+    def size(pattern):
+        return automaton.regex_size(pattern)[0]
+
     assert size("abc") == 3
     assert size("(ab){3}") == 6
     assert size("a|b|c") == 3
@@ -153,12 +196,22 @@ EDGES = [
     ({"num_return_sequences": MAX_RETURN_SEQUENCES}, MAX_RETURN_SEQUENCES),
     ({"num_beams": MAX_RETURN_SEQUENCES}, MAX_RETURN_SEQUENCES),
     ({"prompt_lookup_ngram": checks.MAX_NGRAM_SIZE}, checks.MAX_NGRAM_SIZE),
-    ({"num_speculative_tokens": checks.MAX_SPECULATIVE_TOKENS}, checks.MAX_SPECULATIVE_TOKENS),
-    ({"stop_strings": ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS},
-     ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS),
-    ({"stop_sequences": [[1] * checks.MAX_ID_SEQUENCE_LENGTH]},
-     [[1] * checks.MAX_ID_SEQUENCE_LENGTH]),
-    ({"bad_words_ids": [[1, 2]] * checks.MAX_ID_SEQUENCES}, [[1, 2]] * checks.MAX_ID_SEQUENCES),
+    (
+        {"num_speculative_tokens": checks.MAX_SPECULATIVE_TOKENS},
+        checks.MAX_SPECULATIVE_TOKENS,
+    ),
+    (
+        {"stop_strings": ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS},
+        ["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS,
+    ),
+    (
+        {"stop_sequences": [[1] * checks.MAX_ID_SEQUENCE_LENGTH]},
+        [[1] * checks.MAX_ID_SEQUENCE_LENGTH],
+    ),
+    (
+        {"bad_words_ids": [[1, 2]] * checks.MAX_ID_SEQUENCES},
+        [[1, 2]] * checks.MAX_ID_SEQUENCES,
+    ),
     ({"logit_bias": {1: float("-inf")}}, {1: float("-inf")}),
     ({"temperature": np.float32(0.7)}, 0.7),
     ({"temperature": 0}, 0.0),

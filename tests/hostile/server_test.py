@@ -54,7 +54,15 @@ BAD = [
     ({"guided_regex": "a{100000}"}, "too large"),
     ({"guided_regex": "(unclosed"}, "regular expression"),
     ({"guided_json": {"type": "array", "minItems": 10**6}}, "too large"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "minLength": 10**6}}}}, "too large"),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"schema": {"type": "string", "minLength": 10**6}},
+            }
+        },
+        "too large",
+    ),
     ({"response_format": {"type": "nonsense"}}, "response_format"),
     ({"guided_choice": []}, "choice"),
     ({"prompt": ""}, "prompt"),
@@ -113,7 +121,9 @@ def test_health_answers_while_a_request_is_prepared(lm, monkeypatch):
     assert other.status_code == 200 and answers["slow"].status_code == 200
 
 
-def test_a_preparation_past_its_time_is_a_503_and_leaves_nothing_running(lm, monkeypatch):
+def test_a_preparation_past_its_time_is_a_503_and_leaves_nothing_running(
+    lm, monkeypatch
+):
     real = openai_app.CompletionRequest
 
     def slow(body, kind, served):

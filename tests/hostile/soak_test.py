@@ -36,14 +36,31 @@ def body(rng):
     prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 16)))
     fields = {"model": MODEL, "prompt": prompt, "max_tokens": rng.randint(1, 24)}
     kind = rng.choice(
-        ["greedy", "sample", "stop", "n", "logprobs", "regex", "choice",
-         "json_object", "json_schema", "penalties", "stream", "cancel", "bad"]
+        [
+            "greedy",
+            "sample",
+            "stop",
+            "n",
+            "logprobs",
+            "regex",
+            "choice",
+            "json_object",
+            "json_schema",
+            "penalties",
+            "stream",
+            "cancel",
+            "bad",
+        ]
     )
     if kind == "greedy":
         fields["temperature"] = 0
     elif kind == "sample":
-        fields.update(temperature=rng.uniform(0.2, 1.5), top_p=rng.uniform(0.1, 1.0),
-                      top_k=rng.randint(0, 50), seed=rng.randint(0, 10**6))
+        fields.update(
+            temperature=rng.uniform(0.2, 1.5),
+            top_p=rng.uniform(0.1, 1.0),
+            top_k=rng.randint(0, 50),
+            seed=rng.randint(0, 10**6),
+        )
     elif kind == "stop":
         fields["stop"] = rng.sample(WORDS + ["e", "a ", "\n"], rng.randint(1, 4))
     elif kind == "n":
@@ -57,13 +74,23 @@ def body(rng):
     elif kind == "json_object":
         fields.update(response_format={"type": "json_object"}, max_tokens=24)
     elif kind == "json_schema":
-        schema = {"type": "object", "properties": {
-            "n": {"type": "integer", "minimum": 0, "maximum": rng.randint(1, 10**6)}},
-            "required": ["n"]}
-        fields.update(response_format={"type": "json_schema", "json_schema": {"schema": schema}})
+        schema = {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 0, "maximum": rng.randint(1, 10**6)}
+            },
+            "required": ["n"],
+        }
+        fields.update(
+            response_format={"type": "json_schema", "json_schema": {"schema": schema}}
+        )
     elif kind == "penalties":
-        fields.update(presence_penalty=rng.uniform(-2, 2), frequency_penalty=rng.uniform(-2, 2),
-                      repetition_penalty=rng.uniform(0.5, 2), no_repeat_ngram_size=rng.randint(1, 4))
+        fields.update(
+            presence_penalty=rng.uniform(-2, 2),
+            frequency_penalty=rng.uniform(-2, 2),
+            repetition_penalty=rng.uniform(0.5, 2),
+            no_repeat_ngram_size=rng.randint(1, 4),
+        )
     elif kind in ("stream", "cancel"):
         fields["stream"] = True
     elif kind == "bad":
@@ -75,7 +102,9 @@ def body(rng):
 @pytest.mark.only_backend("jax")
 def test_the_server_soaks_varied_requests_with_flat_memory_and_no_compiles():
     lm = tiny_text_lm(max_sequence_length=128)
-    app = create_app(lm, model_name=MODEL, max_batch_size=4, max_length=128, warm_up=True)
+    app = create_app(
+        lm, model_name=MODEL, max_batch_size=4, max_length=128, warm_up=True
+    )
     with running(app, startup_seconds=300) as client:
         engine = app.state.engine
         # One of each kind first: the tables and caches every kind keeps
@@ -111,7 +140,11 @@ def test_the_server_soaks_varied_requests_with_flat_memory_and_no_compiles():
                     statuses.append((kind, response.status_code))
                     if response.status_code != (400 if kind == "bad" else 200):
                         failures.append(f"{kind}: {response.text}"[:300])
-                    if kind != "bad" and response.status_code == 200 and kind != "stream":
+                    if (
+                        kind != "bad"
+                        and response.status_code == 200
+                        and kind != "stream"
+                    ):
                         choices = response.json()["choices"]
                         assert len(choices) == fields.get("n", 1)
                         if kind == "choice":  # whole, or cut by max_tokens

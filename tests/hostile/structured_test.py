@@ -34,15 +34,31 @@ DEEP = _deep(100_000)
     "schema, error, match",
     [
         ({"type": "array", "minItems": 10**6}, ValueError, TOO_LARGE),
-        ({"type": "array", "maxItems": 10**6, "items": {"type": "integer"}}, ValueError, TOO_LARGE),
+        (
+            {"type": "array", "maxItems": 10**6, "items": {"type": "integer"}},
+            ValueError,
+            TOO_LARGE,
+        ),
         ({"type": "string", "minLength": 10**5}, ValueError, TOO_LARGE),
         ({"type": "string", "maxLength": 10**6}, ValueError, TOO_LARGE),
         ({"type": "string", "pattern": "a{100000}"}, ValueError, TOO_LARGE),
         ({"type": "string", "pattern": "(a{100}){100}"}, ValueError, TOO_LARGE),
         (
-            {"type": "array", "maxItems": 10, "items": {"type": "array", "maxItems": 10,
-             "items": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 20}}}},
-            ValueError, TOO_LARGE,
+            {
+                "type": "array",
+                "maxItems": 10,
+                "items": {
+                    "type": "array",
+                    "maxItems": 10,
+                    "items": {
+                        "type": "array",
+                        "maxItems": 10,
+                        "items": {"type": "string", "maxLength": 20},
+                    },
+                },
+            },
+            ValueError,
+            TOO_LARGE,
         ),
         ({"type": "string", "pattern": ".{0,1000}"}, ValueError, TOO_LARGE),
         ({"type": "string", "pattern": "(?=a)b"}, ValueError, "look-around"),
@@ -51,14 +67,34 @@ DEEP = _deep(100_000)
         ({"$ref": "#/definitions/missing"}, ValueError, "cannot be compiled"),
         ({"type": "string", "format": "nonsense"}, ValueError, "Format nonsense"),
         ({"type": "string", "minLength": 5, "maxLength": 2}, ValueError, "maxLength"),
-        ({"type": "integer", "minimum": 5, "maximum": 1}, ValueError, "No integer lies"),
-        ({"type": "number", "exclusiveMinimum": 1, "exclusiveMaximum": 1}, ValueError, "No number lies"),
+        (
+            {"type": "integer", "minimum": 5, "maximum": 1},
+            ValueError,
+            "No integer lies",
+        ),
+        (
+            {"type": "number", "exclusiveMinimum": 1, "exclusiveMaximum": 1},
+            ValueError,
+            "No number lies",
+        ),
         ({"type": "number", "minimum": "x"}, ValueError, "`minimum` must be a number"),
-        ({"type": "number", "maximum": float("inf")}, ValueError, "`maximum` must be finite"),
-        ({"type": "number", "minimum": float("nan")}, ValueError, "`minimum` must be finite"),
+        (
+            {"type": "number", "maximum": float("inf")},
+            ValueError,
+            "`maximum` must be finite",
+        ),
+        (
+            {"type": "number", "minimum": float("nan")},
+            ValueError,
+            "`minimum` must be finite",
+        ),
         ({"enum": []}, ValueError, "`enum` is empty"),
         ({"anyOf": []}, ValueError, "`anyOf` is empty"),
-        ({"type": "object", "properties": {"a": {"oneOf": []}}}, ValueError, "`oneOf` is empty"),
+        (
+            {"type": "object", "properties": {"a": {"oneOf": []}}},
+            ValueError,
+            "`oneOf` is empty",
+        ),
         ({"not": {}}, ValueError, "cannot be compiled"),
         ([1], TypeError, "must be a dict"),
         ("{not json", ValueError, "not valid JSON"),
@@ -66,7 +102,9 @@ DEEP = _deep(100_000)
         (5, TypeError, "must be a dict"),
         (DEEP, ValueError, "nests too deeply"),
     ],
-    ids=lambda value: value.__name__ if isinstance(value, type) else reprlib.repr(value)[:50],
+    ids=lambda value: (
+        value.__name__ if isinstance(value, type) else reprlib.repr(value)[:50]
+    ),
 )
 def test_a_hostile_schema_is_refused_by_name_before_building(schema, error, match):
     with pytest.raises(error, match=match):
@@ -85,16 +123,30 @@ def test_a_hostile_schema_is_refused_by_name_before_building(schema, error, matc
         (lambda: Regex("(?<=a)b"), ValueError, "look-around"),
         (lambda: Regex(r"(a)\1"), ValueError, "back-references"),
         (lambda: Regex(5), TypeError, "pattern"),
-        (lambda: Choice([f"option {i}" for i in range(100_000)]), ValueError, "`options` is too large"),
+        (
+            lambda: Choice([f"option {i}" for i in range(100_000)]),
+            ValueError,
+            "`options` is too large",
+        ),
         (lambda: Choice(["x" * 10_000]), ValueError, "`options` is too large"),
         (lambda: Choice([]), ValueError, "non-empty"),
         (lambda: Choice(["yes", ""]), ValueError, "non-empty"),
         (lambda: Choice("yes"), TypeError, "list of strings"),
     ],
     ids=[
-        "a{100000}", ".{0,1000}", "[^x]{5000}", "(ab|cd){3000}", "unbalanced",
-        "look-behind", "back-reference", "not a string", "100k choices",
-        "10k-character choice", "no choices", "an empty choice", "a string",
+        "a{100000}",
+        ".{0,1000}",
+        "[^x]{5000}",
+        "(ab|cd){3000}",
+        "unbalanced",
+        "look-behind",
+        "back-reference",
+        "not a string",
+        "100k choices",
+        "10k-character choice",
+        "no choices",
+        "an empty choice",
+        "a string",
     ],
 )
 def test_a_hostile_pattern_or_choice_is_refused_by_name(make, error, match):
@@ -105,8 +157,17 @@ def test_a_hostile_pattern_or_choice_is_refused_by_name(make, error, match):
 # Built in one child process under a memory limit, within five minutes.
 LARGEST_ACCEPTED = [
     ("schema", {"type": "string", "maxLength": 250}),
-    ("schema", {"type": "object", "properties": {"a": {"type": "string", "maxLength": 40},
-                "b": {"type": "string", "maxLength": 40}}, "required": ["a", "b"]}),
+    (
+        "schema",
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "string", "maxLength": 40},
+                "b": {"type": "string", "maxLength": 40},
+            },
+            "required": ["a", "b"],
+        },
+    ),
     ("schema", {"type": "integer", "minimum": -1e300, "maximum": 1e300}),
     ("schema", {"type": "number", "minimum": 0, "maximum": 1e308}),
     ("schema", {"type": "array", "items": {"type": "integer"}, "maxItems": 50}),
@@ -143,16 +204,25 @@ def lm():
             JsonSchema({"type": "string", "maxLength": 8}),
             lambda text: len(json.loads(text)) <= 8,
         ),
-        (Regex("[a-z]{3}-[0-9]{2}"), lambda text: re.fullmatch("[a-z]{3}-[0-9]{2}", text)),
+        (
+            Regex("[a-z]{3}-[0-9]{2}"),
+            lambda text: re.fullmatch("[a-z]{3}-[0-9]{2}", text),
+        ),
     ],
     ids=["yes|no", "choice", "huge integer bounds", "short string", "code"],
 )
-def test_hostile_constraints_still_give_exact_output_on_every_backend(lm, processor, check):
+def test_hostile_constraints_still_give_exact_output_on_every_backend(
+    lm, processor, check
+):
     # Sampled, so that the constraint and not the model's preference decides.
     texts = lm.generate(
-        ["Answer:"] * 3, max_new_tokens=40, processors=[processor],
-        temperature=1.0, top_k=0, seed=3,
+        ["Answer:"] * 3,
+        max_new_tokens=40,
+        processors=[processor],
+        temperature=1.0,
+        top_k=0,
+        seed=3,
     )
     for text in texts:
-        answer = text[len("Answer:"):]
+        answer = text[len("Answer:") :]
         assert check(answer), answer

@@ -32,7 +32,9 @@ def build_in_child(constraints, timeout=120):
     (`"schema"` or `"regex"`), built in one child process."""
     done = subprocess.run(
         [sys.executable, "-c", BUILD, json.dumps(constraints)],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return [int(line) for line in done.stdout.split()]

@@ -27,12 +27,18 @@ def step(tables, states, tokens, stops):
     arrays = {k: ops.convert_to_tensor(v) for k, v in tables.arrays.items()}
     size = tables.vocabulary_size
     mask = allowed_tokens(
-        arrays["allowed"], arrays["accepting"], ops.convert_to_tensor(states),
-        ops.convert_to_tensor(stops), size,
+        arrays["allowed"],
+        arrays["accepting"],
+        ops.convert_to_tensor(states),
+        ops.convert_to_tensor(stops),
+        size,
     )
     following = next_states(
-        arrays["keys"], arrays["targets"], ops.convert_to_tensor(states),
-        ops.convert_to_tensor(tokens), size,
+        arrays["keys"],
+        arrays["targets"],
+        ops.convert_to_tensor(states),
+        ops.convert_to_tensor(tokens),
+        size,
     )
     return ops.convert_to_numpy(mask), ops.convert_to_numpy(following)
 
@@ -52,10 +58,13 @@ def test_random_walks_follow_outlines_core(tokenizer):
     tables = ConstraintTables(automata, size)
     rng = np.random.default_rng(0)
     rows = [0, 1, 2, 0, None]  # the last row is free
-    states = np.asarray([tables.start_state(automata[r]) if r is not None else FREE
-                         for r in rows], "int32")
-    reference = [indexes[r].get_initial_state() if r is not None else None
-                 for r in rows]
+    states = np.asarray(
+        [tables.start_state(automata[r]) if r is not None else FREE for r in rows],
+        "int32",
+    )
+    reference = [
+        indexes[r].get_initial_state() if r is not None else None for r in rows
+    ]
     stops = np.asarray([eos, -1], "int32")
     for _ in range(12):
         mask, _ = step(tables, states, np.zeros(len(rows), "int32"), stops)
@@ -85,8 +94,12 @@ def test_free_and_dead_states_and_per_row_stop_tokens(tokenizer):
     automaton = Automaton.from_regex("(ab|cd)", tokenizer, 300)
     tables = ConstraintTables([automaton], 300)
     start = tables.start_state(automaton)
-    disallowed = next(t for t in range(300) if not tokenizer.token_bytes[t] or
-                      tokenizer.token_bytes[t][:1] not in (b"a", b"c"))
+    disallowed = next(
+        t
+        for t in range(300)
+        if not tokenizer.token_bytes[t]
+        or tokenizer.token_bytes[t][:1] not in (b"a", b"c")
+    )
     stops = np.asarray([[5, -1], [7, 9], [-1, -1]], "int32")
     states = np.asarray([start, FREE, DEAD], "int32")
     mask, following = step(tables, states, np.asarray([disallowed, 3, 4]), stops)
@@ -95,8 +108,7 @@ def test_free_and_dead_states_and_per_row_stop_tokens(tokenizer):
     assert not mask[0, 5]  # not accepting: no stop token
     assert mask[1].all()
     assert np.flatnonzero(mask[2]).tolist() == []  # DEAD, no stop ids here
-    mask, _ = step(tables, np.asarray([DEAD] * 3, "int32"), np.zeros(3, "int32"),
-                   stops)
+    mask, _ = step(tables, np.asarray([DEAD] * 3, "int32"), np.zeros(3, "int32"), stops)
     assert np.flatnonzero(mask[1]).tolist() == [7, 9]
 
 

@@ -89,7 +89,9 @@ def test_top_n_sigma_keeps_tokens_near_the_top_whatever_the_temperature():
         finite = logits
         sigma = finite.std(axis=-1, keepdims=True)
         expected = logits >= logits.max(-1, keepdims=True) - n * sigma
-        np.testing.assert_array_equal(kept(filters.top_n_sigma_filter(LOGITS, n)), expected)
+        np.testing.assert_array_equal(
+            kept(filters.top_n_sigma_filter(LOGITS, n)), expected
+        )
         # Scaled logits (another temperature) keep the same tokens.
         scaled = filters.top_n_sigma_filter(LOGITS / 0.3, n)
         np.testing.assert_array_equal(kept(scaled), expected)

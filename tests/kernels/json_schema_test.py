@@ -29,9 +29,31 @@ def test_integer_ranges_match_exactly_their_integers():
 
 
 NUMBERS = [
-    "0", "0.0", "0.5", "-0.5", "1", "1.0", "1.25", "2", "-1", "-1.0", "-1.5",
-    "-2", "10", "10.01", "-10", "9.99", "-9.99", "3", "3.1", "-3.0", "100",
-    "0.001", "-0.001", "19.9", "20",
+    "0",
+    "0.0",
+    "0.5",
+    "-0.5",
+    "1",
+    "1.0",
+    "1.25",
+    "2",
+    "-1",
+    "-1.0",
+    "-1.5",
+    "-2",
+    "10",
+    "10.01",
+    "-10",
+    "9.99",
+    "-9.99",
+    "3",
+    "3.1",
+    "-3.0",
+    "100",
+    "0.001",
+    "-0.001",
+    "19.9",
+    "20",
 ]
 
 
@@ -81,13 +103,21 @@ def test_schema_bounds_reach_the_regex():
 
     assert pattern.fullmatch(text(120, 1, 3, -7.5))
     assert pattern.fullmatch(text(0, 0.25, 4, 1e3).replace("1000.0", "1000"))
-    for bad in (text(121, 1, 3, 0), text(-1, 1, 3, 0), text(5, 0, 3, 0),
-                text(5, 1.5, 3, 0), text(5, 1, 5, 0), text(5, 1, 2, 0)):
+    for bad in (
+        text(121, 1, 3, 0),
+        text(-1, 1, 3, 0),
+        text(5, 0, 3, 0),
+        text(5, 1.5, 3, 0),
+        text(5, 1, 5, 0),
+        text(5, 1, 2, 0),
+    ):
         assert not pattern.fullmatch(bad), bad
     # Within a $ref and an array, the schema stays valid JSON Schema.
     schema = {
         "$defs": {"small": {"type": "integer", "minimum": 1, "maximum": 3}},
-        "type": "array", "items": {"$ref": "#/$defs/small"}, "maxItems": 2,
+        "type": "array",
+        "items": {"$ref": "#/$defs/small"},
+        "maxItems": 2,
     }
     pattern = re.compile(schema_regex(schema))
     for value in ([1, 3], [2], []):

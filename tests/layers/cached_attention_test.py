@@ -36,7 +36,10 @@ def decode(layer, query, key, value, cache_length=16):
     for i in range(2, query.shape[2]):
         step = slice(i, i + 1)
         out, cache = layer(
-            query[:, :, step], key[:, :, step], value[:, :, step], cache=cache,
+            query[:, :, step],
+            key[:, :, step],
+            value[:, :, step],
+            cache=cache,
             index=ops.convert_to_tensor(i, "int32"),
         )
         outputs.append(ops.convert_to_numpy(out))

@@ -8,7 +8,10 @@ from keras_gen.layers.decoder_block import DecoderBlock
 from keras_gen.layers.rotary_embedding import RotaryEmbedding
 
 SIZES = dict(
-    num_query_heads=4, num_key_value_heads=2, hidden_dim=16, intermediate_dim=24,
+    num_query_heads=4,
+    num_key_value_heads=2,
+    hidden_dim=16,
+    intermediate_dim=24,
     head_dim=8,
 )
 
@@ -27,7 +30,10 @@ def _block(**options):
             {"norm_placement": "sandwich", "query_key_norm": "head"},
             {"pre_feedforward_layernorm", "post_feedforward_layernorm", "q_norm"},
         ),
-        ({"norm_placement": "post"}, {"post_attention_layernorm", "post_feedforward_layernorm"}),
+        (
+            {"norm_placement": "post"},
+            {"post_attention_layernorm", "post_feedforward_layernorm"},
+        ),
         ({"fused_projections": True}, {"qkv_proj", "gate_up_proj", "down_proj"}),
         ({"num_experts": 4}, {"mlp", "o_proj"}),
     ],

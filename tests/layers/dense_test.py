@@ -34,7 +34,10 @@ def test_int8_call_computes_what_keras_int8_dense_computes(quantize_activations)
     )
     # Training takes Keras' own path (its gradient reaches the inputs).
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(ours(x, training=True)), expected, rtol=1e-5, atol=1e-5
+        keras.ops.convert_to_numpy(ours(x, training=True)),
+        expected,
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -46,8 +49,10 @@ def test_int8_layer_survives_serialization():
     restored.set_weights(model.get_weights())
     assert isinstance(restored.layers[0], Dense)
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(model(x)),
-        rtol=1e-6, atol=1e-6,
+        keras.ops.convert_to_numpy(restored(x)),
+        keras.ops.convert_to_numpy(model(x)),
+        rtol=1e-6,
+        atol=1e-6,
     )
 
 
@@ -60,6 +65,8 @@ def test_float_call_computes_what_keras_dense_computes(rows):
     theirs.set_weights(ours.get_weights())
     x = np.random.default_rng(2).normal(size=(rows, 17)).astype("float32")
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(theirs(x)),
-        rtol=1e-5, atol=1e-5,
+        keras.ops.convert_to_numpy(ours(x)),
+        keras.ops.convert_to_numpy(theirs(x)),
+        rtol=1e-5,
+        atol=1e-5,
     )

@@ -11,7 +11,9 @@ from keras_gen.models import MixtralCausalLM
 
 def _layer(normalize=True, seed=0):
     layer = MixtureOfExperts(
-        num_experts=6, num_experts_per_token=2, intermediate_dim=16,
+        num_experts=6,
+        num_experts_per_token=2,
+        intermediate_dim=16,
         normalize_weights=normalize,
     )
     layer.build((None, None, 8))
@@ -29,11 +31,14 @@ def test_gathered_and_dense_experts_agree(normalize):
     np.testing.assert_allclose(
         ops.convert_to_numpy(layer._gathered(x, weights, experts)),
         ops.convert_to_numpy(layer._dense(x, weights, experts)),
-        rtol=1e-5, atol=1e-5,
+        rtol=1e-5,
+        atol=1e-5,
     )
     # Two tokens (4 pairs < 6 experts) take the gathered way, 5 the dense.
     one = ops.convert_to_numpy(layer(x[None, :2]))[0]
-    np.testing.assert_allclose(one, ops.convert_to_numpy(layer(x[None]))[0, :2], atol=1e-5)
+    np.testing.assert_allclose(
+        one, ops.convert_to_numpy(layer(x[None]))[0, :2], atol=1e-5
+    )
 
 
 def test_routing_weights_sum_to_one_only_when_normalized():
@@ -52,7 +57,9 @@ def test_routing_equals_transformers():
     torch = hf_models.torch
     model = hf_models.make_model("mixtral")
     block = model.model.layers[0].mlp
-    layer = MixtureOfExperts(num_experts=4, num_experts_per_token=2, intermediate_dim=64)
+    layer = MixtureOfExperts(
+        num_experts=4, num_experts_per_token=2, intermediate_dim=64
+    )
     layer.build((None, None, 32))
     layer.router.kernel.assign(block.gate.weight.detach().numpy().T)
     hidden = np.random.default_rng(0).normal(size=(40, 32)).astype("float32")
@@ -75,8 +82,12 @@ def test_routing_equals_transformers():
 def test_experts_decode_without_recompiling(traces):
     lm = MixtralCausalLM(
         MixtralBackbone(
-            vocabulary_size=40, num_layers=2, num_query_heads=2,
-            num_key_value_heads=1, hidden_dim=16, intermediate_dim=16,
+            vocabulary_size=40,
+            num_layers=2,
+            num_query_heads=2,
+            num_key_value_heads=1,
+            hidden_dim=16,
+            intermediate_dim=16,
             num_experts=4,
         )
     )
@@ -91,5 +102,8 @@ def test_bad_arguments_are_named():
         MixtureOfExperts(num_experts=2, num_experts_per_token=3, intermediate_dim=4)
     with pytest.raises(ValueError, match="activation"):
         MixtureOfExperts(
-            num_experts=2, num_experts_per_token=1, intermediate_dim=4, activation="relu"
+            num_experts=2,
+            num_experts_per_token=1,
+            intermediate_dim=4,
+            activation="relu",
         )

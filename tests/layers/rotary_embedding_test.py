@@ -14,7 +14,8 @@ LLAMA3 = {
 
 
 @pytest.mark.parametrize(
-    "scaling", [None, {"rope_type": "linear", "factor": 4.0}, LLAMA3],
+    "scaling",
+    [None, {"rope_type": "linear", "factor": 4.0}, LLAMA3],
     ids=["default", "linear", "llama3"],
 )
 def test_frequencies_match_transformers(scaling):

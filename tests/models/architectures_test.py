@@ -7,10 +7,18 @@ from keras_gen.models import architectures
 from keras_gen.models.decoder_backbone import OPTIONS
 
 FAMILIES = {
-    "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
-    "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-    "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
-    "Phi3ForCausalLM", "Olmo2ForCausalLM", "MixtralForCausalLM",
+    "GPT2LMHeadModel",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Phi3ForCausalLM",
+    "Olmo2ForCausalLM",
+    "MixtralForCausalLM",
 }
 
 
@@ -26,8 +34,12 @@ def test_every_family_registers_its_architectures_and_backbone():
 
 def test_a_plain_decoder_backbone_names_what_save_can_write():
     backbone = DecoderBackbone(
-        vocabulary_size=16, num_layers=1, num_query_heads=2,
-        num_key_value_heads=1, hidden_dim=8, intermediate_dim=16,
+        vocabulary_size=16,
+        num_layers=1,
+        num_query_heads=2,
+        num_key_value_heads=1,
+        hidden_dim=8,
+        intermediate_dim=16,
     )
     with pytest.raises(ValueError, match="save_pretrained. writes .*LlamaBackbone"):
         architectures.converter_for_backbone(backbone)
@@ -35,7 +47,11 @@ def test_a_plain_decoder_backbone_names_what_save_can_write():
 
 def test_every_backbone_option_is_in_its_config():
     config = DecoderBackbone(
-        vocabulary_size=16, num_layers=1, num_query_heads=2,
-        num_key_value_heads=1, hidden_dim=8, intermediate_dim=16,
+        vocabulary_size=16,
+        num_layers=1,
+        num_query_heads=2,
+        num_key_value_heads=1,
+        hidden_dim=8,
+        intermediate_dim=16,
     ).get_config()
     assert set(OPTIONS) <= set(config)

@@ -31,7 +31,9 @@ def _loss(lm, token_ids, mask):
     )["loss"]
 
 
-@pytest.mark.parametrize("make", [tiny_gpt2_backbone, tiny_llama_backbone], ids=["gpt2", "llama"])
+@pytest.mark.parametrize(
+    "make", [tiny_gpt2_backbone, tiny_llama_backbone], ids=["gpt2", "llama"]
+)
 def test_a_padded_row_has_the_loss_of_the_row_alone(make):
     lm = (GPT2CausalLM if make is tiny_gpt2_backbone else LlamaCausalLM)(make())
     row = [5, 9, 12, 30, 7, 3]
@@ -41,8 +43,15 @@ def test_a_padded_row_has_the_loss_of_the_row_alone(make):
     np.testing.assert_allclose([left, right], [alone, alone], rtol=1e-5)
     # Logits of the real tokens too, not only their mean.
     logits = keras.ops.convert_to_numpy(lm(np.array([row])))
-    padded = lm({"token_ids": np.array([[0, 0, 0] + row]), "padding_mask": np.array([[0] * 3 + [1] * 6])})
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(padded)[:, 3:], logits, atol=1e-5)
+    padded = lm(
+        {
+            "token_ids": np.array([[0, 0, 0] + row]),
+            "padding_mask": np.array([[0] * 3 + [1] * 6]),
+        }
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(padded)[:, 3:], logits, atol=1e-5
+    )
     # Two rows of two lengths: the mean over every real token of both.
     short = [40, 41, 42]
     both = _loss(lm, [row, short + [0, 0, 0]], [[1] * 6, [1] * 3 + [0] * 3])
@@ -152,7 +161,11 @@ def test_data_parallel_fit_matches_one_device(tmp_path):
         "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
     }
     subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "models" / "data_parallel_fit.py"), str(out)],
+        [
+            sys.executable,
+            str(ROOT / "tests" / "models" / "data_parallel_fit.py"),
+            str(out),
+        ],
         env=env,
         check=True,
         timeout=600,

@@ -240,7 +240,11 @@ def test_training_with_fit(gpt2_lm):
         (dict(inputs=[1, 2], max_length=0), ValueError, "max_length"),
         (dict(inputs=[1, 2], max_new_tokens=-3), ValueError, "max_new_tokens"),
         (dict(inputs=[1, 2], max_length=500), ValueError, "positions"),
-        (dict(inputs=[1], max_length=4, stop_token_ids=[999]), ValueError, "stop_token_ids"),
+        (
+            dict(inputs=[1], max_length=4, stop_token_ids=[999]),
+            ValueError,
+            "stop_token_ids",
+        ),
         (dict(inputs=[1], max_length=4, seed="x"), TypeError, "seed"),
     ],
 )
@@ -352,7 +356,9 @@ SAMPLED = dict(do_sample=True, top_k=5, temperature=0.9, repetition_penalty=1.3)
 @pytest.fixture
 def configured_lm(gpt2_backbone):
     """A model whose `generation_config` samples, as a checkpoint's may."""
-    return GPT2CausalLM(gpt2_backbone, generation_config=dict(SAMPLED, max_new_tokens=7))
+    return GPT2CausalLM(
+        gpt2_backbone, generation_config=dict(SAMPLED, max_new_tokens=7)
+    )
 
 
 def _compiled_like_config(backbone, **compile_kwargs):
@@ -405,8 +411,14 @@ def test_precedence(configured_lm, gpt2_backbone):
 def test_filters_given_together_all_apply(gpt2_lm):
     options = dict(max_new_tokens=10, return_dict=True, output_scores=True)
     record = gpt2_lm.generate(
-        PROMPTS, do_sample=True, top_k=6, top_p=0.6, min_p=0.2, temperature=0.8,
-        seed=1, **options,
+        PROMPTS,
+        do_sample=True,
+        top_k=6,
+        top_p=0.6,
+        min_p=0.2,
+        temperature=0.8,
+        seed=1,
+        **options,
     )
     chained = GPT2CausalLM(gpt2_lm.backbone).generate(
         PROMPTS,
@@ -455,7 +467,11 @@ def test_generation_config_saving_round_trips(configured_lm, tmp_path):
         (dict(stop_token_ids="eos"), TypeError, "stop_token_ids"),
         (dict(generation_config=7), TypeError, "generation_config"),
         (dict(draft_model="nonsense"), TypeError, "draft_model"),
-        (dict(temperature=1e-40, do_sample=True, top_k=3, top_p=1.5), ValueError, "top_p"),
+        (
+            dict(temperature=1e-40, do_sample=True, top_k=3, top_p=1.5),
+            ValueError,
+            "top_p",
+        ),
         (dict(logit_bias={70: 1.0}), ValueError, "vocabulary"),
         (dict(sampler="nucleus"), ValueError, "Unknown sampler"),
     ],
@@ -473,8 +489,13 @@ def test_compile_refuses_a_draft_that_is_not_a_model(gpt2_lm):
 def test_tiny_temperatures_decode_greedily_and_samplers_refuse_them(gpt2_lm):
     greedy = gpt2_lm.generate(PROMPTS, max_new_tokens=8)
     record = gpt2_lm.generate(
-        PROMPTS, max_new_tokens=8, do_sample=True, temperature=1e-40, seed=0,
-        return_dict=True, output_log_probs=True,
+        PROMPTS,
+        max_new_tokens=8,
+        do_sample=True,
+        temperature=1e-40,
+        seed=0,
+        return_dict=True,
+        output_log_probs=True,
     )
     assert [p + t for p, t in zip(PROMPTS, record.token_ids)] == greedy
     assert all(np.isfinite(lp).all() for lp in record.log_probs)
@@ -510,8 +531,14 @@ def test_no_accepted_option_combination_gives_nan(gpt2_lm):
             name: values[rng.integers(len(values))] for name, values in EXTREMES.items()
         }
         record = gpt2_lm.generate(
-            PROMPTS, max_new_tokens=6, stop_token_ids=[0], seed=trial,
-            return_dict=True, output_log_probs=True, output_scores=True, **options,
+            PROMPTS,
+            max_new_tokens=6,
+            stop_token_ids=[0],
+            seed=trial,
+            return_dict=True,
+            output_log_probs=True,
+            output_scores=True,
+            **options,
         )
         for log_probs, scores in zip(record.log_probs, record.scores):
             assert not np.isnan(log_probs).any(), options
@@ -523,7 +550,10 @@ def test_a_row_with_every_token_banned_samples_from_the_model(gpt2_lm):
     # Documented: the step then ignores the processors for that row.
     everything = list(range(64))
     record = gpt2_lm.generate(
-        [1, 2], max_new_tokens=4, suppress_tokens=everything, return_dict=True,
+        [1, 2],
+        max_new_tokens=4,
+        suppress_tokens=everything,
+        return_dict=True,
         output_log_probs=True,
     )
     assert record.token_ids[0] == gpt2_lm.generate([1, 2], max_new_tokens=4)[2:]
@@ -583,8 +613,12 @@ def test_a_long_cache_decodes_in_growing_spans_with_the_same_results(
     # of 256 and 512, then the rest.
     prompts = [[5] * 40, [3, 9] * 60]
     options = dict(
-        max_length=600, stop_token_ids=None, seed=3, sampler=sampler,
-        return_dict=True, **{f"output_{name}": True for name in outputs},
+        max_length=600,
+        stop_token_ids=None,
+        seed=3,
+        sampler=sampler,
+        return_dict=True,
+        **{f"output_{name}": True for name in outputs},
     )
     greedy = samplers.GreedySampler()
     spans = generate_loop.attention_spans(1024, 128, greedy)

@@ -290,7 +290,9 @@ def test_end_token_outside_the_vocabulary_is_left_out_with_a_warning(copy):
         data = json.loads((copy / name).read_text())
         data["eos_token_id"] = 50256
         (copy / name).write_text(json.dumps(data))
-    with pytest.warns(UserWarning, match=r"\[50256\] is outside the model.s vocabulary"):
+    with pytest.warns(
+        UserWarning, match=r"\[50256\] is outside the model.s vocabulary"
+    ):
         lm = CausalLM.from_pretrained(copy)
     assert 50256 not in lm.tokenizer.eos_token_ids
     assert lm.generation_config.eos_token_id is None

@@ -15,7 +15,9 @@ import sys
 import keras
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 from tests.text_models import TEXT  # noqa: E402
 from tests.text_models import tiny_text_lm  # noqa: E402
@@ -36,7 +38,9 @@ def fit():
 def main(out):
     losses, weights, _ = fit()
     devices = keras.distribution.list_devices()
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices)
+    )
     parallel_losses, parallel_weights, lm = fit()
     sharding = lm.trainable_weights[0].value.sharding
     report = {

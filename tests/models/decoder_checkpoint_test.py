@@ -123,7 +123,9 @@ def test_gemma2_in_bfloat16_and_sharded(model_folder, tmp_path):
 # Every family on jax; one on the other backends, whose variable reading and
 # writing the GPT-2 saving tests also cover.
 SAVING_KINDS = [
-    pytest.param(kind, marks=() if kind == "gemma2" else pytest.mark.only_backend("jax"))
+    pytest.param(
+        kind, marks=() if kind == "gemma2" else pytest.mark.only_backend("jax")
+    )
     for kind in ("llama", "qwen2", "mistral") + hf_models.DECODER_KINDS
 ]
 
@@ -150,7 +152,13 @@ def test_keras_saving_keeps_the_model_tokenizer_and_generation_config(
 
 @pytest.mark.parametrize(
     "model_folder",
-    ["gemma2", *(pytest.param(k, marks=pytest.mark.only_backend("jax")) for k in ("llama", "qwen3_moe"))],
+    [
+        "gemma2",
+        *(
+            pytest.param(k, marks=pytest.mark.only_backend("jax"))
+            for k in ("llama", "qwen3_moe")
+        ),
+    ],
     indirect=True,
 )
 def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_path):

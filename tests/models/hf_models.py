@@ -34,7 +34,14 @@ KINDS = ("gpt2", "llama", "qwen2", "mistral")
 # quirks: windows shorter than the prompts, soft-caps that bind, grouped
 # queries, a head size apart from hidden / heads, experts.
 DECODER_KINDS = (
-    "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3", "phi3", "olmo2", "mixtral"
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "olmo2",
+    "mixtral",
 )
 
 
@@ -59,28 +66,45 @@ def _config(kind):
     ids = dict(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
     if kind == "gpt2":
         return transformers.GPT2Config(
-            vocab_size=VOCABULARY_SIZE, n_embd=32, n_layer=2, n_head=4,
-            n_positions=128, **ids,
+            vocab_size=VOCABULARY_SIZE,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=128,
+            **ids,
         )
     common = dict(
-        vocab_size=VOCABULARY_SIZE, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=128, **ids,
+        vocab_size=VOCABULARY_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        **ids,
     )
     if kind == "llama":
         # Grouped-query attention, untied output, Llama 3 rope scaling.
         return transformers.LlamaConfig(
-            **common, tie_word_embeddings=False, rope_theta=500000.0,
+            **common,
+            tie_word_embeddings=False,
+            rope_theta=500000.0,
             rope_scaling={
-                "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
             },
         )
     if kind == "qwen2":
         # Attention bias, tied output, a sliding window on the second layer.
         return transformers.Qwen2Config(
-            **common, tie_word_embeddings=True, use_sliding_window=True,
-            sliding_window=4, max_window_layers=1,
+            **common,
+            tie_word_embeddings=True,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
         )
     if kind == "mistral":
         return transformers.MistralConfig(
@@ -93,14 +117,22 @@ def _decoder_config(kind, common):
     if kind == "qwen3":
         # Tied, a head size of 16 (hidden / heads is 8), a window on layer 1.
         return transformers.Qwen3Config(
-            **common, head_dim=16, tie_word_embeddings=True,
-            use_sliding_window=True, sliding_window=4, max_window_layers=1,
+            **common,
+            head_dim=16,
+            tie_word_embeddings=True,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
         )
     if kind == "qwen3_moe":
         # 4 experts, 2 per token, unnormalized weights; layer 1 is dense.
         return transformers.Qwen3MoeConfig(
-            **common, num_experts=4, num_experts_per_tok=2,
-            moe_intermediate_size=16, norm_topk_prob=False, mlp_only_layers=[1],
+            **common,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            norm_topk_prob=False,
+            mlp_only_layers=[1],
         )
     if kind == "gemma":
         return transformers.GemmaConfig(**common, head_dim=8)
@@ -108,17 +140,26 @@ def _decoder_config(kind, common):
         # Soft-caps small enough to bind; a window shorter than the prompts
         # on layer 0; a query scalar apart from head_dim.
         return transformers.Gemma2Config(
-            **common, head_dim=8, sliding_window=4, query_pre_attn_scalar=16,
-            attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+            **common,
+            head_dim=8,
+            sliding_window=4,
+            query_pre_attn_scalar=16,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=5.0,
         )
     if kind == "gemma3":
         # Two rope bases, the global one scaled; windowed layer 0.
         return transformers.Gemma3TextConfig(
-            **common, head_dim=8, sliding_window=4, query_pre_attn_scalar=16,
+            **common,
+            head_dim=8,
+            sliding_window=4,
+            query_pre_attn_scalar=16,
             layer_types=["sliding_attention", "full_attention"],
             rope_parameters={
                 "full_attention": {
-                    "rope_type": "linear", "factor": 2.0, "rope_theta": 1e6
+                    "rope_type": "linear",
+                    "factor": 2.0,
+                    "rope_theta": 1e6,
                 },
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
             },
@@ -126,9 +167,11 @@ def _decoder_config(kind, common):
     if kind == "phi3":
         # LongRoPE past 16 positions: generation crosses into the long factors.
         return transformers.Phi3Config(
-            **common, original_max_position_embeddings=16,
+            **common,
+            original_max_position_embeddings=16,
             rope_parameters={
-                "rope_type": "longrope", "rope_theta": 1e4,
+                "rope_type": "longrope",
+                "rope_theta": 1e4,
                 "short_factor": [1.0, 1.5, 2.0, 3.0],
                 "long_factor": [1.0, 2.0, 4.0, 8.0],
                 "original_max_position_embeddings": 16,
@@ -204,8 +247,8 @@ def greedy(model, prompts, max_new_tokens=20, stop_token_ids=(EOS, EXTRA_EOS)):
     token_ids = np.full((len(prompts), width), PAD, "int64")
     mask = np.zeros((len(prompts), width), "int64")
     for i, prompt in enumerate(prompts):
-        token_ids[i, width - len(prompt):] = prompt
-        mask[i, width - len(prompt):] = 1
+        token_ids[i, width - len(prompt) :] = prompt
+        mask[i, width - len(prompt) :] = 1
     with torch.no_grad():
         outputs = model.generate(
             input_ids=torch.as_tensor(token_ids),

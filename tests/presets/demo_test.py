@@ -146,9 +146,9 @@ def test_training_tool_is_deterministic(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         outputs.append(output)
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
-        assert (outputs[0] / name).read_bytes() == (
-            outputs[1] / name
-        ).read_bytes(), name
+        assert (outputs[0] / name).read_bytes() == (outputs[1] / name).read_bytes(), (
+            name
+        )
     record = json.loads((outputs[0] / "training.json").read_text())
     assert record["settings"]["steps"] == 2 and "final_validation_loss" in record
     assert CausalLM.from_pretrained(str(outputs[0])).tokenizer.vocabulary_size == 300

@@ -39,8 +39,14 @@ def test_contracts(processor):
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: TopK(0), lambda: TopP(0.0), lambda: TopP(1.5),
-             lambda: MinP(-0.1), lambda: Typical(2.0)]
+    "make",
+    [
+        lambda: TopK(0),
+        lambda: TopP(0.0),
+        lambda: TopP(1.5),
+        lambda: MinP(-0.1),
+        lambda: Typical(2.0),
+    ],
 )
 def test_invalid(make):
     with pytest.raises(ValueError):

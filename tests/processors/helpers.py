@@ -51,8 +51,13 @@ def assert_contracts(processor, **kwargs):
     copies = logits.copy(), prompt.copy(), mask.copy()
     tensor = ops.convert_to_tensor(logits)
     outputs = ops.convert_to_numpy(
-        processor(tensor, ops.convert_to_tensor(prompt), index,
-                  ops.convert_to_tensor(mask), **kwargs)
+        processor(
+            tensor,
+            ops.convert_to_tensor(prompt),
+            index,
+            ops.convert_to_tensor(mask),
+            **kwargs,
+        )
     )
     np.testing.assert_array_equal(ops.convert_to_numpy(tensor), copies[0])
     np.testing.assert_array_equal(prompt, copies[1])

@@ -39,30 +39,45 @@ def test_compile_sets_defaults_and_generate_overrides(gpt2_lm):
 
 def test_registry_round_trip():
     processor = processors.get({"name": "no_repeat_ngram", "config": {"n": 4}})
-    assert processors.serialize(processor) == {"name": "no_repeat_ngram", "config": {"n": 4}}
+    assert processors.serialize(processor) == {
+        "name": "no_repeat_ngram",
+        "config": {"n": 4},
+    }
     with pytest.raises(ValueError, match="processor"):
         processors.get("nope")
 
 
 def test_tunable_numbers_do_not_retrace(gpt2_lm, traces):
     P = processors
+
     def chain(scale):
         return [
-            P.RepetitionPenalty(1.1 * scale), P.PresencePenalty(0.2 * scale),
-            P.FrequencyPenalty(0.1 * scale), P.NoRepeatNGram(1 + int(scale)),
-            P.BadWords([[5], [int(scale), 9]]), P.LogitBias({7: scale}),
+            P.RepetitionPenalty(1.1 * scale),
+            P.PresencePenalty(0.2 * scale),
+            P.FrequencyPenalty(0.1 * scale),
+            P.NoRepeatNGram(1 + int(scale)),
+            P.BadWords([[5], [int(scale), 9]]),
+            P.LogitBias({7: scale}),
             P.SuppressTokens([int(scale) + 10]),
             P.MinLength(min_new_tokens=int(scale) + 1, min_length=4),
-            P.TopK(10 + int(scale)), P.TopP(0.5 + 0.1 * scale),
-            P.MinP(0.01 * scale), P.Typical(0.5 + 0.1 * scale),
+            P.TopK(10 + int(scale)),
+            P.TopP(0.5 + 0.1 * scale),
+            P.MinP(0.01 * scale),
+            P.Typical(0.5 + 0.1 * scale),
         ]
-    gpt2_lm.generate([1, 2, 3], max_new_tokens=4, processors=chain(1), stop_token_ids=[0])
+
+    gpt2_lm.generate(
+        [1, 2, 3], max_new_tokens=4, processors=chain(1), stop_token_ids=[0]
+    )
     first = traces()
     assert first >= 1
     for scale in (2, 3):
         gpt2_lm.generate(
-            [1, 2, 3], max_new_tokens=4, processors=chain(scale),
-            stop_token_ids=[0], stop_sequences=[[scale, 4]],
+            [1, 2, 3],
+            max_new_tokens=4,
+            processors=chain(scale),
+            stop_token_ids=[0],
+            stop_sequences=[[scale, 4]],
         )
     assert traces() == first
 
@@ -75,7 +90,9 @@ def test_new_chain_compiles_once_and_is_cached(gpt2_lm, traces):
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=b)
     after_b = traces()
     assert after_b > after_a
-    gpt2_lm.generate([1, 2], max_new_tokens=3, processors=[processors.RepetitionPenalty(2.0)])
+    gpt2_lm.generate(
+        [1, 2], max_new_tokens=3, processors=[processors.RepetitionPenalty(2.0)]
+    )
     gpt2_lm.generate([1, 2], max_new_tokens=3, processors=b)
     assert traces() == after_b
     assert len(gpt2_lm.programs) == 2
@@ -94,7 +111,13 @@ def test_processors_run_before_temperature():
 
     prompt = np.zeros((1, 2), "int32")
     sampler = GreedySampler(temperature=0.5)
-    out = sampler(next, prompt, ops.zeros(()), index=1, processors=[processors.LogitBias({1: 1.5})])
+    out = sampler(
+        next,
+        prompt,
+        ops.zeros(()),
+        index=1,
+        processors=[processors.LogitBias({1: 1.5})],
+    )
     assert ops.convert_to_numpy(out).tolist() == [[0, 1]]
 
 
@@ -104,7 +127,10 @@ def test_all_banned_row_falls_back_to_model_logits():
 
     sampler = GreedySampler()
     out = sampler(
-        next, np.zeros((1, 2), "int32"), ops.zeros(()), index=1,
+        next,
+        np.zeros((1, 2), "int32"),
+        ops.zeros(()),
+        index=1,
         processors=[processors.SuppressTokens([0, 1, 2])],
     )
     assert ops.convert_to_numpy(out).tolist() == [[0, 1]]

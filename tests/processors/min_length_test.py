@@ -25,10 +25,14 @@ def test_matches_transformers_min_new_tokens(min_new_tokens):
         mask = np.broadcast_to(np.arange(prompt.shape[1]) < prompt_length, prompt.shape)
         ours = helpers.run(
             MinLength(min_new_tokens=min_new_tokens, stop_token_ids=[2]),
-            logits, prompt, index, mask,
+            logits,
+            prompt,
+            index,
+            mask,
         )
         theirs = hf.MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, 2)(
-            torch.as_tensor(prompt[:, :index], dtype=torch.long), torch.as_tensor(logits)
+            torch.as_tensor(prompt[:, :index], dtype=torch.long),
+            torch.as_tensor(logits),
         ).numpy()
         np.testing.assert_array_equal(ours, theirs)
 
@@ -36,7 +40,11 @@ def test_matches_transformers_min_new_tokens(min_new_tokens):
 def test_uses_call_stop_token_ids():
     logits, prompt, index, mask = helpers.random_case(0)
     outputs = helpers.run(
-        MinLength(min_length=20), logits, prompt, index, mask,
+        MinLength(min_length=20),
+        logits,
+        prompt,
+        index,
+        mask,
         stop_token_ids=ops.convert_to_tensor([4, -1], "int32"),
     )
     assert np.isinf(outputs[:, 4]).all()
@@ -48,7 +56,13 @@ def test_contracts():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"min_length": 0}, {"min_new_tokens": -1}, {"min_length": 2, "stop_token_ids": [-1]}]
+    "kwargs",
+    [
+        {},
+        {"min_length": 0},
+        {"min_new_tokens": -1},
+        {"min_length": 2, "stop_token_ids": [-1]},
+    ],
 )
 def test_invalid(kwargs):
     with pytest.raises((ValueError, TypeError)):

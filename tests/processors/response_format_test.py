@@ -20,9 +20,14 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required"
     "value, kind, pattern_of",
     [
         ({"type": "json_object"}, JsonObject, JsonObject()),
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA,
-                                                 "strict": True}},
-         JsonSchema, JsonSchema(SCHEMA)),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": SCHEMA, "strict": True},
+            },
+            JsonSchema,
+            JsonSchema(SCHEMA),
+        ),
         ({"type": "regex", "pattern": "[0-9]+"}, Regex, Regex("[0-9]+")),
         ({"type": "choice", "choices": ["a", "b"]}, Choice, Choice(["a", "b"])),
         ({"json": SCHEMA}, JsonSchema, JsonSchema(SCHEMA)),
@@ -31,8 +36,17 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required"
         ({"choice": ["a", "b"]}, Choice, Choice(["a", "b"])),
         ({"json_object": True}, JsonObject, JsonObject()),
     ],
-    ids=["openai-object", "openai-schema", "regex-type", "choice-type", "vllm-json",
-         "vllm-json-text", "vllm-regex", "vllm-choice", "vllm-object"],
+    ids=[
+        "openai-object",
+        "openai-schema",
+        "regex-type",
+        "choice-type",
+        "vllm-json",
+        "vllm-json-text",
+        "vllm-regex",
+        "vllm-choice",
+        "vllm-object",
+    ],
 )
 def test_every_form_gives_its_processor(value, kind, pattern_of):
     constraint = from_response_format(value)
@@ -47,12 +61,20 @@ def test_text_and_lists():
     mixed = from_response_format([{"choice": ["a"]}, None, {"type": "json_object"}])
     assert isinstance(mixed, StructuredOutput)
     assert [type(c).__name__ if c else None for c in mixed.constraints] == [
-        "Choice", None, "JsonObject"]
+        "Choice",
+        None,
+        "JsonObject",
+    ]
 
 
 def test_processors_round_trip_through_their_configs():
-    for processor in (JsonSchema(SCHEMA), JsonObject(), Regex("a+"), Choice(["x"]),
-                      StructuredOutput([Choice(["x"]), None, Regex("b")])):
+    for processor in (
+        JsonSchema(SCHEMA),
+        JsonObject(),
+        Regex("a+"),
+        Choice(["x"]),
+        StructuredOutput([Choice(["x"]), None, Regex("b")]),
+    ):
         again = processors.get(processors.serialize(processor))
         assert type(again) is type(processor)
         assert again.get_config() == processor.get_config()
@@ -74,5 +96,6 @@ def test_generation_config_keeps_the_format_as_json():
     # A file with a bad format is read with the option dropped, as others.
     with pytest.warns(UserWarning, match="response_format"):
         loaded = GenerationConfig.from_dict(
-            {"response_format": {"type": "nope"}, "top_k": 3}, strict=False)
+            {"response_format": {"type": "nope"}, "top_k": 3}, strict=False
+        )
     assert loaded.response_format is None and loaded.top_k == 3

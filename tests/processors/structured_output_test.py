@@ -158,8 +158,12 @@ def test_regex_and_choice(demo, tiny):
         assert all(re.fullmatch(pattern, text) for text in record.text), record.text
     options = ["yes", "no", "not sure"]
     record = demo.generate(
-        ["Is it?"] * 10, processors=[Choice(options)], seed=2,
-        max_new_tokens=10, return_dict=True, **SAMPLED,
+        ["Is it?"] * 10,
+        processors=[Choice(options)],
+        seed=2,
+        max_new_tokens=10,
+        return_dict=True,
+        **SAMPLED,
     )
     assert set(record.text) <= set(options) and len(set(record.text)) > 1
 
@@ -169,31 +173,46 @@ def test_a_batch_mixes_schemas_and_a_free_row(demo):
     prompts = ["A:", "B:", "C:", "The for statement"]
     constraints = [JsonSchema(SCHEMAS[n]) for n in chosen] + [None]
     record = demo.generate(
-        prompts, processors=[StructuredOutput(constraints)], seed=5,
-        max_new_tokens=MAX_NEW_TOKENS, return_dict=True, **SAMPLED,
+        prompts,
+        processors=[StructuredOutput(constraints)],
+        seed=5,
+        max_new_tokens=MAX_NEW_TOKENS,
+        return_dict=True,
+        **SAMPLED,
     )
     assert_valid(record, [SCHEMAS[n] for n in chosen])  # the first three rows
     # The free row draws what it draws without the others' constraints.
     free = demo.generate(
-        prompts, processors=[], seed=5, max_new_tokens=MAX_NEW_TOKENS,
-        return_dict=True, **SAMPLED,
+        prompts,
+        processors=[],
+        seed=5,
+        max_new_tokens=MAX_NEW_TOKENS,
+        return_dict=True,
+        **SAMPLED,
     )
     assert record.token_ids[3] == free.token_ids[3]
 
 
 def test_schemas_of_one_size_bucket_share_a_program(demo, traces):
     def enums(words):
-        return {"type": "object", "properties": {"w": {"enum": words}},
-                "required": ["w"]}
+        return {
+            "type": "object",
+            "properties": {"w": {"enum": words}},
+            "required": ["w"],
+        }
 
     first = demo.generate(
-        "A:", processors=[JsonSchema(enums(["red", "green"]))], max_new_tokens=20,
+        "A:",
+        processors=[JsonSchema(enums(["red", "green"]))],
+        max_new_tokens=20,
         **GREEDY,
     )
     before = traces()
     # A new processor object, another schema: the same program.
     second = demo.generate(
-        "A:", processors=[JsonSchema(enums(["blue", "cyan"]))], max_new_tokens=20,
+        "A:",
+        processors=[JsonSchema(enums(["blue", "cyan"]))],
+        max_new_tokens=20,
         **GREEDY,
     )
     # A regex of 23 states and 62 transitions: the tables' bucket too.
@@ -220,8 +239,12 @@ def test_beam_search_keeps_every_beam_in_the_language(demo):
     # Two choices, six beams: four hypotheses (two ways to write each),
     # then rows that are no hypotheses, scored as such.
     record = demo.generate(
-        "Is it?", processors=[Choice(["yes", "no"])], num_beams=6,
-        num_return_sequences=6, max_new_tokens=8, return_dict=True,
+        "Is it?",
+        processors=[Choice(["yes", "no"])],
+        num_beams=6,
+        num_return_sequences=6,
+        max_new_tokens=8,
+        return_dict=True,
     )
     real = [s > -1e8 for s in record.sequence_scores]
     assert sum(real) >= 2 and real == sorted(real, reverse=True)
@@ -238,68 +261,107 @@ def test_speculative_decoding_rejects_proposals_outside_the_language(demo):
         prompts, processors=[Regex(pattern)], max_new_tokens=40, **GREEDY
     )
     speculated = demo.generate(
-        prompts, processors=[Regex(pattern)], prompt_lookup_ngram=2,
-        max_new_tokens=40, **GREEDY,
+        prompts,
+        processors=[Regex(pattern)],
+        prompt_lookup_ngram=2,
+        max_new_tokens=40,
+        **GREEDY,
     )
     assert speculated == plain
     record = demo.generate(
-        prompts, processors=[JsonSchema(SCHEMAS["array"])], draft_model=demo,
-        num_speculative_tokens=3, seed=4, max_new_tokens=MAX_NEW_TOKENS,
-        return_dict=True, **SAMPLED,
+        prompts,
+        processors=[JsonSchema(SCHEMAS["array"])],
+        draft_model=demo,
+        num_speculative_tokens=3,
+        seed=4,
+        max_new_tokens=MAX_NEW_TOKENS,
+        return_dict=True,
+        **SAMPLED,
     )
     assert_valid(record, [SCHEMAS["array"]] * 2)
 
 
 def test_contrastive_search_and_streams(demo):
     record = demo.generate(
-        ["Number:"] * 2, processors=[Regex(r"[0-9]{3}-[0-9]{2}")],
-        penalty_alpha=0.6, top_k=4, max_new_tokens=20, return_dict=True,
+        ["Number:"] * 2,
+        processors=[Regex(r"[0-9]{3}-[0-9]{2}")],
+        penalty_alpha=0.6,
+        top_k=4,
+        max_new_tokens=20,
+        return_dict=True,
     )
     assert all(re.fullmatch(r"[0-9]{3}-[0-9]{2}", t) for t in record.text)
     options = dict(
-        processors=[JsonSchema(SCHEMAS["optional"])], seed=9,
-        max_new_tokens=MAX_NEW_TOKENS, **SAMPLED,
+        processors=[JsonSchema(SCHEMAS["optional"])],
+        seed=9,
+        max_new_tokens=MAX_NEW_TOKENS,
+        **SAMPLED,
     )
     chunks = list(demo.stream(["A:", "B:"], stream_chunk_size=3, **options))
     texts = ["".join(chunk.text[r] for chunk in chunks) for r in range(2)]
     assert texts == demo.generate(["A:", "B:"], strip_prompt=True, **options)
-    assert_valid(demo.generate(["A:", "B:"], return_dict=True, **options),
-                 [SCHEMAS["optional"]] * 2)
+    assert_valid(
+        demo.generate(["A:", "B:"], return_dict=True, **options),
+        [SCHEMAS["optional"]] * 2,
+    )
 
 
 def test_response_format_forms_equal_the_processor(demo):
     schema = SCHEMAS["patterns"]
     # The option joins the model's own processors (its repetition penalty).
     reference = demo.generate(
-        "A:", processors=[RepetitionPenalty(1.2), JsonSchema(schema)], seed=3,
-        max_new_tokens=MAX_NEW_TOKENS, **SAMPLED,
+        "A:",
+        processors=[RepetitionPenalty(1.2), JsonSchema(schema)],
+        seed=3,
+        max_new_tokens=MAX_NEW_TOKENS,
+        **SAMPLED,
     )
     openai = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}
-    config = GenerationConfig(response_format=openai, seed=3,
-                              max_new_tokens=MAX_NEW_TOKENS, **SAMPLED)
+    config = GenerationConfig(
+        response_format=openai, seed=3, max_new_tokens=MAX_NEW_TOKENS, **SAMPLED
+    )
     assert demo.generate("A:", generation_config=config) == reference
-    assert demo.generate(
-        "A:", response_format={"json": json.dumps(schema)}, seed=3,
-        max_new_tokens=MAX_NEW_TOKENS, **SAMPLED,
-    ) == reference
-    text = demo.generate("A:", response_format={"type": "json_object"},
-                         max_new_tokens=MAX_NEW_TOKENS, strip_prompt=True, **GREEDY)
+    assert (
+        demo.generate(
+            "A:",
+            response_format={"json": json.dumps(schema)},
+            seed=3,
+            max_new_tokens=MAX_NEW_TOKENS,
+            **SAMPLED,
+        )
+        == reference
+    )
+    text = demo.generate(
+        "A:",
+        response_format={"type": "json_object"},
+        max_new_tokens=MAX_NEW_TOKENS,
+        strip_prompt=True,
+        **GREEDY,
+    )
     assert isinstance(json.loads(text), dict)
 
 
 def test_limits_inside_a_structure(demo):
     # The length limit inside the object: "length", the text so far.
     record = demo.generate(
-        "A:", processors=[JsonSchema(SCHEMAS["nested"])], max_new_tokens=4,
-        return_dict=True, **GREEDY,
+        "A:",
+        processors=[JsonSchema(SCHEMAS["nested"])],
+        max_new_tokens=4,
+        return_dict=True,
+        **GREEDY,
     )
     assert record.finish_reasons == ["length"]
     assert record.text[0].startswith("{")
     # A minimum length that bans the end token where only it is allowed:
     # the constraint wins, the row ends in its language.
     record = demo.generate(
-        ["A:"] * 4, processors=[Choice(["yes", "no"])], min_new_tokens=6,
-        seed=0, max_new_tokens=12, return_dict=True, **SAMPLED,
+        ["A:"] * 4,
+        processors=[Choice(["yes", "no"])],
+        min_new_tokens=6,
+        seed=0,
+        max_new_tokens=12,
+        return_dict=True,
+        **SAMPLED,
     )
     assert set(record.text) <= {"yes", "no"}
 
@@ -307,16 +369,28 @@ def test_limits_inside_a_structure(demo):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (dict(processors=[Choice(["a"])], stop_token_ids=None), ValueError,
-         "stop token"),
-        (dict(processors=[StructuredOutput([Choice(["a"])] * 2)]), ValueError,
-         "2 constraints for 1 prompts"),
-        (dict(processors=[Choice(["a"]), Regex("b")]), ValueError,
-         "one structured output"),
+        (
+            dict(processors=[Choice(["a"])], stop_token_ids=None),
+            ValueError,
+            "stop token",
+        ),
+        (
+            dict(processors=[StructuredOutput([Choice(["a"])] * 2)]),
+            ValueError,
+            "2 constraints for 1 prompts",
+        ),
+        (
+            dict(processors=[Choice(["a"]), Regex("b")]),
+            ValueError,
+            "one structured output",
+        ),
         (dict(response_format={"type": "json_schema"}), ValueError, "json_schema"),
         (dict(response_format={"type": "xml"}), ValueError, "Unknown"),
-        (dict(response_format={"regex": "a", "choice": ["b"]}), ValueError,
-         "exactly one"),
+        (
+            dict(response_format={"regex": "a", "choice": ["b"]}),
+            ValueError,
+            "exactly one",
+        ),
         (dict(response_format="json"), TypeError, "response_format"),
     ],
     ids=["no-stop", "count", "two", "no-schema", "type", "two-keys", "string"],
@@ -350,10 +424,17 @@ def test_compiled_constraints_and_several_samples_per_prompt(demo):
     # `compile(processors=...)` keeps the constraint for every call; with
     # `num_return_sequences`, each prompt's samples follow its own one.
     lm = CausalLM.from_preset("demo")
-    lm.compile(processors=[StructuredOutput([Choice(["yes", "no"]),
-                                             Regex("[0-9]{3}")])])
-    record = lm.generate(["Is it?", "A number:"], num_return_sequences=3, seed=1,
-                         max_new_tokens=10, return_dict=True, **SAMPLED)
+    lm.compile(
+        processors=[StructuredOutput([Choice(["yes", "no"]), Regex("[0-9]{3}")])]
+    )
+    record = lm.generate(
+        ["Is it?", "A number:"],
+        num_return_sequences=3,
+        seed=1,
+        max_new_tokens=10,
+        return_dict=True,
+        **SAMPLED,
+    )
     assert set(record.text[:3]) <= {"yes", "no"}
     assert all(re.fullmatch("[0-9]{3}", t) for t in record.text[3:])
     assert len(set(record.text[3:])) > 1
@@ -369,13 +450,20 @@ def test_a_sentencepiece_vocabulary_and_another_family(tmp_path):
     lm = CausalLM.from_pretrained(str(tmp_path))
     pattern = r"( [a-z]{1,6}){2,3}"
     record = lm.generate(
-        ["we train", "a small"], processors=[Regex(pattern)], seed=0,
-        max_new_tokens=30, return_dict=True, **SAMPLED,
+        ["we train", "a small"],
+        processors=[Regex(pattern)],
+        seed=0,
+        max_new_tokens=30,
+        return_dict=True,
+        **SAMPLED,
     )
     assert record.finish_reasons == ["stop"] * 2
     assert all(re.fullmatch(pattern, text) for text in record.text), record.text
     record = lm.generate(
-        "we train", processors=[Choice([" tokenizer", " the tests"])],
-        max_new_tokens=30, return_dict=True, **GREEDY,
+        "we train",
+        processors=[Choice([" tokenizer", " the tests"])],
+        max_new_tokens=30,
+        return_dict=True,
+        **GREEDY,
     )
     assert record.text[0] in (" tokenizer", " the tests")

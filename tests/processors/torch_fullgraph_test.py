@@ -13,10 +13,18 @@ def test_chain_compiles_once_with_advancing_indices():
     import torch
 
     chain = [
-        P.RepetitionPenalty(1.3), P.PresencePenalty(0.2), P.FrequencyPenalty(0.1),
-        P.NoRepeatNGram(2), P.BadWords([[3], [1, 2]]), P.LogitBias({4: 1.0, (0, 1): -2.0}),
-        P.SuppressTokens([5]), P.MinLength(min_length=9, stop_token_ids=[6]),
-        P.ForcedEOS(7, max_length=11), P.TopK(12), P.TopP(0.95), P.MinP(0.01),
+        P.RepetitionPenalty(1.3),
+        P.PresencePenalty(0.2),
+        P.FrequencyPenalty(0.1),
+        P.NoRepeatNGram(2),
+        P.BadWords([[3], [1, 2]]),
+        P.LogitBias({4: 1.0, (0, 1): -2.0}),
+        P.SuppressTokens([5]),
+        P.MinLength(min_length=9, stop_token_ids=[6]),
+        P.ForcedEOS(7, max_length=11),
+        P.TopK(12),
+        P.TopP(0.95),
+        P.MinP(0.01),
         P.Typical(0.95),
     ]
     compiles = []
@@ -30,7 +38,9 @@ def test_chain_compiles_once_with_advancing_indices():
         # one value per row.
         rows = logits.shape[0]
         for processor, values in zip(chain, parameters):
-            logits = processor.with_parameters(values, rows)(logits, prompt, index, mask)
+            logits = processor.with_parameters(values, rows)(
+                logits, prompt, index, mask
+            )
         return logits
 
     compiled = torch.compile(apply, fullgraph=True, dynamic=False, backend=counting)
@@ -49,5 +59,11 @@ def test_chain_compiles_once_with_advancing_indices():
         {name: value.clone() + 1 for name, value in values.items()}
         for values in parameters
     ]
-    compiled(tensors[0], tensors[1], ops.convert_to_tensor(5, "int32"), tensors[2], parameters)
+    compiled(
+        tensors[0],
+        tensors[1],
+        ops.convert_to_tensor(5, "int32"),
+        tensors[2],
+        parameters,
+    )
     assert len(compiles) == 1

@@ -136,11 +136,19 @@ def test_matches_transformers_without_stop_token(
     hf_model, beam_lm, length_penalty, early_stopping
 ):
     expected, scores = hf_beam_search(
-        hf_model, PROMPT, None, max_new_tokens=10,
-        length_penalty=length_penalty, early_stopping=early_stopping,
+        hf_model,
+        PROMPT,
+        None,
+        max_new_tokens=10,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
     )
     result = beam_search(
-        beam_lm, PROMPT, None, length_penalty, early_stopping,
+        beam_lm,
+        PROMPT,
+        None,
+        length_penalty,
+        early_stopping,
         max_new_tokens=10,
     )
     assert result["sequences"] == expected
@@ -155,12 +163,20 @@ def test_matches_transformers_with_a_stop_token(
     unstopped, _ = hf_beam_search(hf_model, PROMPT, None, max_new_tokens=10)
     stop = unstopped[0][len(PROMPT) + 2]
     expected, scores = hf_beam_search(
-        hf_model, PROMPT, stop, max_new_tokens=10,
-        length_penalty=length_penalty, early_stopping=early_stopping,
+        hf_model,
+        PROMPT,
+        stop,
+        max_new_tokens=10,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
     )
     assert any(row[-1] == stop for row in expected)  # the stop token occurs
     result = beam_search(
-        beam_lm, PROMPT, stop, length_penalty, early_stopping,
+        beam_lm,
+        PROMPT,
+        stop,
+        length_penalty,
+        early_stopping,
         max_new_tokens=10,
     )
     assert result["sequences"] == expected
@@ -168,9 +184,7 @@ def test_matches_transformers_with_a_stop_token(
 
 
 @pytest.mark.parametrize("with_stop", [False, True])
-def test_ragged_batch_matches_transformers_row_by_row(
-    hf_model, beam_lm, with_stop
-):
+def test_ragged_batch_matches_transformers_row_by_row(hf_model, beam_lm, with_stop):
     # Rows start generating at different steps; each row's beams must match
     # a search on that prompt alone.
     stop = None
@@ -318,7 +332,11 @@ def test_no_recompilation(beam_lm, traces):
     ]:
         beam_lm.sampler.temperature = 0.7
         beam_search(
-            beam_lm, prompts, 3, length_penalty, early_stopping,
+            beam_lm,
+            prompts,
+            3,
+            length_penalty,
+            early_stopping,
             max_length=max_length,
         )
     beam_lm.sampler.temperature = 1.0
@@ -370,7 +388,9 @@ def test_one_sequence_per_prompt_by_default():
 
 def test_config_round_trip():
     sampler = BeamSampler(
-        num_beams=4, length_penalty=0.3, early_stopping="never",
+        num_beams=4,
+        length_penalty=0.3,
+        early_stopping="never",
         num_return_sequences=2,
     )
     clone = samplers.get(samplers.serialize(sampler))

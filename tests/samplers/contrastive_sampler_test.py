@@ -51,9 +51,7 @@ def reference_contrastive(backbone, prompt, max_new_tokens, k, alpha):
         scores = []
         for candidate in candidates:
             candidate_hidden = run(backbone, tokens + [int(candidate)])[0][-1]
-            similarity = context @ (
-                candidate_hidden / np.linalg.norm(candidate_hidden)
-            )
+            similarity = context @ (candidate_hidden / np.linalg.norm(candidate_hidden))
             scores.append(
                 (1 - alpha) * probabilities[candidate] - alpha * similarity.max()
             )
@@ -72,9 +70,7 @@ def contrastive_lm():
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_matches_no_cache_reference(contrastive_lm, alpha):
     contrastive_lm.sampler.alpha = alpha  # a tunable number: same program
-    outputs = contrastive_lm.generate(
-        RAGGED, max_new_tokens=8, stop_token_ids=None
-    )
+    outputs = contrastive_lm.generate(RAGGED, max_new_tokens=8, stop_token_ids=None)
     backbone = contrastive_lm.backbone
     assert outputs == [
         reference_contrastive(backbone, prompt, 8, 4, alpha) for prompt in RAGGED
@@ -83,18 +79,14 @@ def test_matches_no_cache_reference(contrastive_lm, alpha):
 
 def test_alpha_zero_is_greedy(contrastive_lm):
     contrastive_lm.sampler.alpha = 0.0
-    outputs = contrastive_lm.generate(
-        RAGGED, max_new_tokens=8, stop_token_ids=None
-    )
+    outputs = contrastive_lm.generate(RAGGED, max_new_tokens=8, stop_token_ids=None)
     greedy = GPT2CausalLM(contrastive_lm.backbone)
     assert outputs == greedy.generate(RAGGED, max_new_tokens=8, stop_token_ids=None)
 
 
 def test_stop_token_ends_a_row(contrastive_lm):
     contrastive_lm.sampler.alpha = 0.6
-    unstopped = contrastive_lm.generate(
-        RAGGED, max_new_tokens=8, stop_token_ids=None
-    )
+    unstopped = contrastive_lm.generate(RAGGED, max_new_tokens=8, stop_token_ids=None)
     stop = unstopped[0][len(RAGGED[0]) + 2]
     stopped = contrastive_lm.generate(RAGGED, max_new_tokens=8, stop_token_ids=[stop])
     for row, full in zip(stopped, unstopped):

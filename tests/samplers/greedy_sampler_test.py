@@ -21,9 +21,7 @@ def test_keeps_the_prompt_and_starts_at_index():
 
 def test_stops_each_row_at_a_stop_token():
     prompt = np.zeros((1, 10), "int32")
-    tokens = GreedySampler()(
-        fake_next("abc"), prompt, index=0, stop_token_ids=[2]
-    )
+    tokens = GreedySampler()(fake_next("abc"), prompt, index=0, stop_token_ids=[2])
     # The loop ends once every row has stopped; later slots stay as given.
     assert spell(tokens[0]) == "abc" + "a" * 7
 

@@ -58,8 +58,11 @@ def test_greedy_equals_plain_greedy_on_ragged_batches(target, draft, setting):
 def test_compiled_draft_equals_plain_with_stops_and_processors(target, draft):
     chain = [processors.RepetitionPenalty(1.5), processors.NoRepeatNGram(3)]
     kwargs = dict(
-        max_new_tokens=15, stop_token_ids=[7, 30], stop_sequences=[[12, 12]],
-        processors=chain, return_dict=True,
+        max_new_tokens=15,
+        stop_token_ids=[7, 30],
+        stop_sequences=[[12, 12]],
+        processors=chain,
+        return_dict=True,
     )
     plain = target.generate(PROMPTS, **kwargs)
     target.compile(sampler="greedy", draft_model=draft, num_speculative_tokens=3)
@@ -71,8 +74,12 @@ def test_compiled_draft_equals_plain_with_stops_and_processors(target, draft):
 def test_llama_greedy_with_rotary_per_row_positions():
     def llama(num_layers, seed=0):
         backbone = LlamaBackbone(
-            vocabulary_size=64, num_layers=num_layers, num_query_heads=4,
-            num_key_value_heads=2, hidden_dim=16, intermediate_dim=32,
+            vocabulary_size=64,
+            num_layers=num_layers,
+            num_query_heads=4,
+            num_key_value_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
             sliding_window=6,
         )
         return LlamaCausalLM(set_numpy_weights(backbone, seed))
@@ -88,13 +95,20 @@ def test_llama_greedy_with_rotary_per_row_positions():
 @pytest.mark.only_backend("jax", "torch")
 def test_acceptance_counts_per_row(target, draft):
     record = target.generate(
-        PROMPTS, max_new_tokens=20, stop_token_ids=None, return_dict=True,
-        draft_model=target, num_speculative_tokens=4,
+        PROMPTS,
+        max_new_tokens=20,
+        stop_token_ids=None,
+        return_dict=True,
+        draft_model=target,
+        num_speculative_tokens=4,
     )
     # Drafting for itself: every proposal is accepted, 5 tokens a step.
     assert record.accepted_tokens == record.draft_tokens == [16] * 4
     record = target.generate(
-        PROMPTS, max_new_tokens=20, stop_token_ids=None, return_dict=True,
+        PROMPTS,
+        max_new_tokens=20,
+        stop_token_ids=None,
+        return_dict=True,
         prompt_lookup_ngram=2,
     )
     assert all(a <= d for a, d in zip(record.accepted_tokens, record.draft_tokens))
@@ -105,8 +119,12 @@ def test_acceptance_counts_per_row(target, draft):
 @pytest.mark.only_backend("jax", "torch")
 def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
     kwargs = dict(
-        max_new_tokens=14, stop_token_ids=[7], draft_model=draft,
-        num_speculative_tokens=3, output_scores=True, output_log_probs=True,
+        max_new_tokens=14,
+        stop_token_ids=[7],
+        draft_model=draft,
+        num_speculative_tokens=3,
+        output_scores=True,
+        output_log_probs=True,
     )
     chunks = list(target.stream(PROMPTS, stream_chunk_size=1, **kwargs))
     final = target.generate(PROMPTS, return_dict=True, **kwargs)
@@ -125,8 +143,12 @@ def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
 @pytest.mark.only_backend("jax", "torch")
 def test_per_step_outputs_equal_plain_greedy(target):
     kwargs = dict(
-        max_new_tokens=9, stop_token_ids=None, return_dict=True,
-        output_scores=True, output_logits=True, output_log_probs=True,
+        max_new_tokens=9,
+        stop_token_ids=None,
+        return_dict=True,
+        output_scores=True,
+        output_logits=True,
+        output_log_probs=True,
         output_hidden_states=True,
     )
     plain = target.generate(PROMPTS, **kwargs)
@@ -159,7 +181,9 @@ def test_prompt_lookup_proposes_what_followed_the_last_ngram():
     # Row 0 continues "3 4 1 2"; row 1 repeats with period 2; row 2 has no
     # match and repeats its last token.
     assert ops.convert_to_numpy(drafts).tolist() == [
-        [3, 4, 1, 2], [7, 8, 7, 8], [6, 6, 6, 6]
+        [3, 4, 1, 2],
+        [7, 8, 7, 8],
+        [6, 6, 6, 6],
     ]
 
 
@@ -177,11 +201,13 @@ def test_clear_errors(target):
     with pytest.raises(ValueError, match="needs `draft_model`"):
         target.generate([1, 2], max_new_tokens=2, num_speculative_tokens=2)
     with pytest.raises(ValueError, match="exactly one"):
-        target.generate([1, 2], max_new_tokens=2, draft_model=target,
-                        prompt_lookup_ngram=2)
+        target.generate(
+            [1, 2], max_new_tokens=2, draft_model=target, prompt_lookup_ngram=2
+        )
     with pytest.raises(ValueError, match="num_speculative_tokens"):
-        target.generate([1, 2], max_new_tokens=2, prompt_lookup_ngram=2,
-                        num_speculative_tokens=0)
+        target.generate(
+            [1, 2], max_new_tokens=2, prompt_lookup_ngram=2, num_speculative_tokens=0
+        )
 
 
 # --- sampling keeps the target's distribution --------------------------------
@@ -217,10 +243,14 @@ def exact_two_token_distribution(lm, sampler):
 def test_sampling_matches_the_target_distribution(sampler, setting):
     # Small weights and a small vocabulary: spread-out distributions that
     # the draft (another random model) matches only partly.
-    target = GPT2CausalLM(set_numpy_weights(
-        tiny_gpt2_backbone(vocabulary_size=SMALL_VOCAB), 0, scale=0.3))
-    draft = GPT2CausalLM(set_numpy_weights(
-        tiny_gpt2_backbone(vocabulary_size=SMALL_VOCAB, num_layers=1), 1, scale=0.3))
+    target = GPT2CausalLM(
+        set_numpy_weights(tiny_gpt2_backbone(vocabulary_size=SMALL_VOCAB), 0, scale=0.3)
+    )
+    draft = GPT2CausalLM(
+        set_numpy_weights(
+            tiny_gpt2_backbone(vocabulary_size=SMALL_VOCAB, num_layers=1), 1, scale=0.3
+        )
+    )
     kwargs = {
         "draft": dict(draft_model=draft, num_speculative_tokens=2),
         "lookup": dict(prompt_lookup_ngram=1, num_speculative_tokens=2),
@@ -228,7 +258,10 @@ def test_sampling_matches_the_target_distribution(sampler, setting):
     target.compile(sampler=sampler, **kwargs)
     runs = 3000
     record = target.generate(
-        [PROMPT] * runs, max_new_tokens=2, stop_token_ids=None, seed=1234,
+        [PROMPT] * runs,
+        max_new_tokens=2,
+        stop_token_ids=None,
+        seed=1234,
         return_dict=True,
     )
     assert 0 < sum(record.accepted_tokens) < sum(record.draft_tokens)

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_gen.kernels.filters import top_k_filter
 from keras_gen.samplers import GreedySampler
 from keras_gen.samplers import TopKSampler
-from keras_gen.kernels.filters import top_k_filter
 from tests.samplers.fake_model import fake_next
 from tests.samplers.fake_model import spell
 
@@ -42,7 +42,9 @@ def test_samples_only_among_the_top_k():
     assert set(ops.convert_to_numpy(tokens).tolist()) == {1, 3}
 
 
-@pytest.mark.parametrize("k, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError)])
+@pytest.mark.parametrize(
+    "k, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError)]
+)
 def test_bad_k(k, error):
     with pytest.raises(error, match="`k`"):
         TopKSampler(k=k)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_gen.samplers import TopPSampler
 from keras_gen.kernels.filters import top_p_filter
+from keras_gen.samplers import TopPSampler
 
 # Row 0 probabilities: 0.5, 0.3, 0.15, 0.05; row 1: 0.05, 0.05, 0.1, 0.8.
 PROBABILITIES = np.array([[0.5, 0.3, 0.15, 0.05], [0.05, 0.05, 0.1, 0.8]])
@@ -38,7 +38,9 @@ def test_k_cuts_first():
     assert set(tokens[0]) <= {0, 1} and set(tokens[1]) <= {2, 3}
 
 
-@pytest.mark.parametrize("p, error", [(0, ValueError), (1.5, ValueError), ("x", TypeError)])
+@pytest.mark.parametrize(
+    "p, error", [(0, ValueError), (1.5, ValueError), ("x", TypeError)]
+)
 def test_bad_p(p, error):
     with pytest.raises(error, match="`p`"):
         TopPSampler(p=p)

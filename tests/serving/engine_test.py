@@ -194,9 +194,17 @@ def test_no_compile_after_warm_up(lm, torch_compiled):
 
 
 STRUCTURED = [
-    {"type": "json_schema", "json_schema": {"name": "count", "schema": {
-        "type": "object", "required": ["n"],
-        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}}}},
+    {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "count",
+            "schema": {
+                "type": "object",
+                "required": ["n"],
+                "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+            },
+        },
+    },
     {"choice": ["yes", "no", "not sure"]},
     {"regex": "[a-z]{2,5}( [a-z]{2,5}){1,3}\\."},
     {"json": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
@@ -213,7 +221,9 @@ def test_structured_requests_equal_each_request_alone(lm):
     requests = []
     for i in range(14):
         options = dict(
-            max_new_tokens=int(rng.integers(8, 40)), seed=i, output_log_probs=True,
+            max_new_tokens=int(rng.integers(8, 40)),
+            seed=i,
+            output_log_probs=True,
             top_logprobs=2,
         )
         if i % 3:
@@ -248,13 +258,13 @@ def test_constraints_beyond_the_tables_fail_alone(lm):
         lm, max_batch_size=4, max_length=64, constraint_transitions=256
     ) as engine:
         with pytest.raises(ValueError, match="hold .* 256 transitions"):
-            engine.submit("The", response_format={"regex": "[a-z]{1,30}"},
-                          max_new_tokens=4)
+            engine.submit(
+                "The", response_format={"regex": "[a-z]{1,30}"}, max_new_tokens=4
+            )
         # Both wait while the step thread is held: one admission takes both.
         with engine._condition:
             first = engine.submit("The", response_format=words, max_new_tokens=9)
-            second = engine.submit("A class", response_format=numbers,
-                                   max_new_tokens=9)
+            second = engine.submit("A class", response_format=numbers, max_new_tokens=9)
         with pytest.raises(ValueError, match="transitions"):
             second.result(TIMEOUT)
         assert re.fullmatch("[a-z]{2,4}", first.result(TIMEOUT).text[0])
@@ -351,7 +361,9 @@ def test_every_option_equals_generate_alone(lm):
             for name in ("top_k", "top_p", "min_p", "typical_p", "temperature"):
                 options.pop(name, None)
         requests.append((PROMPTS[i % len(PROMPTS)], options))
-    with Engine(lm, max_batch_size=8, max_length=64, chunk_size=3, top_logprobs=4) as engine:
+    with Engine(
+        lm, max_batch_size=8, max_length=64, chunk_size=3, top_logprobs=4
+    ) as engine:
         handles = []
         for prompt, options in requests:
             handles.append(engine.submit(prompt, **options))
@@ -366,4 +378,6 @@ def test_every_option_equals_generate_alone(lm):
             theirs = getattr(expected, name)
             if theirs is not None:
                 for ours_row, theirs_row in zip(getattr(record, name), theirs):
-                    np.testing.assert_allclose(ours_row, theirs_row, atol=1e-5, rtol=1e-5)
+                    np.testing.assert_allclose(
+                        ours_row, theirs_row, atol=1e-5, rtol=1e-5
+                    )

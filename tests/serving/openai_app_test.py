@@ -193,8 +193,13 @@ def test_structured_output_fields(server):
     content = answer["choices"][0]["message"]["content"]
     assert json.loads(content)["n"] in range(1, 10)
     text, _, reason = expected(
-        lm, ChatTemplate().render(messages), 60, do_sample=True, temperature=0.9,
-        seed=1, stop_strings=list(ChatTemplate().stop_strings),
+        lm,
+        ChatTemplate().render(messages),
+        60,
+        do_sample=True,
+        temperature=0.9,
+        seed=1,
+        stop_strings=list(ChatTemplate().stop_strings),
         response_format=fields["response_format"],
     )
     assert (content, answer["choices"][0]["finish_reason"]) == (text, reason)
@@ -203,8 +208,10 @@ def test_structured_output_fields(server):
         ({"guided_choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
         ({"structured_outputs": {"regex": "[0-9]{3}"}}, lambda t: t.isdigit()),
         ({"guided_json": json.dumps(SCHEMA)}, lambda t: "n" in json.loads(t)),
-        ({"response_format": {"type": "json_object"}},
-         lambda t: isinstance(json.loads(t), dict)),
+        (
+            {"response_format": {"type": "json_object"}},
+            lambda t: isinstance(json.loads(t), dict),
+        ),
     ):
         answer = complete(client, "The", max_tokens=60, **extra)
         assert check(answer["choices"][0]["text"]), (extra, answer)
@@ -215,16 +222,30 @@ def test_structured_output_fields(server):
     "fields, param",
     [
         ({"response_format": {"type": "json_schema"}}, "response_format"),
-        ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "objec"}}}}, "response_format"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "objec"}},
+                }
+            },
+            "response_format",
+        ),
         ({"response_format": "json"}, "response_format"),
         ({"guided_regex": "("}, "guided_regex"),
         ({"guided_grammar": "root ::= 'a'"}, "guided_grammar"),
         ({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
         ({"structured_outputs": {"choice": []}}, "structured_outputs"),
     ],
-    ids=["no-schema", "bad-schema", "not-object", "bad-regex", "grammar", "two",
-         "empty-choice"],
+    ids=[
+        "no-schema",
+        "bad-schema",
+        "not-object",
+        "bad-regex",
+        "grammar",
+        "two",
+        "empty-choice",
+    ],
 )
 def test_bad_structured_outputs_get_400(server, fields, param):
     client, _, _ = server
@@ -441,7 +462,9 @@ def test_a_full_queue_answers_429_and_never_hangs(slow_delivery):
             while client.get("/health").json()["waiting"] < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            response = client.post("/v1/completions", json={**long_body, "stream": False})
+            response = client.post(
+                "/v1/completions", json={**long_body, "stream": False}
+            )
             assert response.status_code == 429
             error = response.json()["error"]
             assert error["type"] == "rate_limit_error"
@@ -727,18 +750,35 @@ class Boost(LogitsProcessor):
 def test_a_processor_of_ones_own_is_selected_per_request():
     lm = tiny_text_lm()
     app = create_app(
-        lm, model_name=MODEL, max_batch_size=4, max_length=64, chunk_size=3,
+        lm,
+        model_name=MODEL,
+        max_batch_size=4,
+        max_length=64,
+        chunk_size=3,
         logits_processors={"boost": Boost},
     )
     engine = app.state.engine
     engine.warm_up()
     compiled = engine.compilations
     bodies = [
-        dict(prompt="The for statement", processors={"boost": {"token": 105, "amount": 9.0}}),
+        dict(
+            prompt="The for statement",
+            processors={"boost": {"token": 105, "amount": 9.0}},
+        ),
         dict(prompt="A class", vllm_xargs={"boost.token": 203, "amount": 4.5}),
         dict(prompt="The while", seed=3, temperature=0.9),
-        dict(prompt="The for statement", processors={"boost": {}}, temperature=0.8, seed=5),
-        dict(prompt="is used", vllm_xargs={"token": 160, "boost.amount": 30.0}, top_k=4, seed=2),
+        dict(
+            prompt="The for statement",
+            processors={"boost": {}},
+            temperature=0.8,
+            seed=5,
+        ),
+        dict(
+            prompt="is used",
+            vllm_xargs={"token": 160, "boost.amount": 30.0},
+            top_k=4,
+            seed=2,
+        ),
     ] * 2
     with running(app) as client:
         answers = [None] * len(bodies)
@@ -756,13 +796,22 @@ def test_a_processor_of_ones_own_is_selected_per_request():
             arguments = dict(body.get("processors", {}).get("boost", {}))
             for key, value in body.get("vllm_xargs", {}).items():
                 arguments[key.rpartition(".")[2]] = value
-            options = {k: v for k, v in body.items() if k in ("seed", "top_k", "temperature")}
+            options = {
+                k: v for k, v in body.items() if k in ("seed", "top_k", "temperature")
+            }
             if options.get("temperature", 0) > 0:
                 options["do_sample"] = True
-            chosen = [Boost(**arguments)] if "processors" in body or "vllm_xargs" in body else []
+            chosen = (
+                [Boost(**arguments)]
+                if "processors" in body or "vllm_xargs" in body
+                else []
+            )
             record = lm.generate(
-                body["prompt"], max_new_tokens=8, processors=chosen,
-                return_dict=True, **options,
+                body["prompt"],
+                max_new_tokens=8,
+                processors=chosen,
+                return_dict=True,
+                **options,
             )
             assert answer["choices"][0]["text"] == record.text[0]
             if arguments.get("amount", 0) > 8:  # the boost shows
@@ -785,12 +834,21 @@ def test_a_processor_of_ones_own_is_selected_per_request():
 def test_scores_and_logits_per_token_equal_generate(server, monkeypatch):
     client, lm, _ = server
     answer = complete(
-        client, "The while", max_tokens=5, output_scores=True, output_logits=True,
+        client,
+        "The while",
+        max_tokens=5,
+        output_scores=True,
+        output_logits=True,
         repetition_penalty=1.5,
     )
     record = lm.generate(
-        "The while", max_new_tokens=5, output_scores=True, output_logits=True,
-        repetition_penalty=1.5, do_sample=False, return_dict=True,
+        "The while",
+        max_new_tokens=5,
+        output_scores=True,
+        output_logits=True,
+        repetition_penalty=1.5,
+        do_sample=False,
+        return_dict=True,
     )
     choice = answer["choices"][0]
     for name in ("scores", "logits"):
@@ -798,8 +856,15 @@ def test_scores_and_logits_per_token_equal_generate(server, monkeypatch):
         np.testing.assert_allclose(choice[name], theirs, atol=1e-5)
     assert "scores" not in complete(client, "The while", max_tokens=2)["choices"][0]
     # Streamed: each event carries its tokens' rows.
-    body = {"model": MODEL, "prompt": "The while", "max_tokens": 5, "temperature": 0,
-            "output_logits": True, "repetition_penalty": 1.5, "stream": True}
+    body = {
+        "model": MODEL,
+        "prompt": "The while",
+        "max_tokens": 5,
+        "temperature": 0,
+        "output_logits": True,
+        "repetition_penalty": 1.5,
+        "stream": True,
+    }
     with client.stream("POST", "/v1/completions", json=body) as response:
         chunks = [c for c in events(response)[:-1] if c["choices"]]
     rows = [row for c in chunks for row in c["choices"][0]["logits"]]
@@ -808,9 +873,17 @@ def test_scores_and_logits_per_token_equal_generate(server, monkeypatch):
     from keras_gen.serving import completion_request
 
     vocabulary_size = lm.backbone.vocabulary_size
-    monkeypatch.setattr(completion_request, "MAX_VOCABULARY_OUTPUTS", 20 * vocabulary_size)
-    body = {"model": MODEL, "prompt": "The", "max_tokens": 5, "n": 2,
-            "output_scores": True, "output_logits": True}
+    monkeypatch.setattr(
+        completion_request, "MAX_VOCABULARY_OUTPUTS", 20 * vocabulary_size
+    )
+    body = {
+        "model": MODEL,
+        "prompt": "The",
+        "max_tokens": 5,
+        "n": 2,
+        "output_scores": True,
+        "output_logits": True,
+    }
     assert client.post("/v1/completions", json=body).status_code == 200
     response = client.post("/v1/completions", json={**body, "max_tokens": 6})
     assert response.status_code == 400

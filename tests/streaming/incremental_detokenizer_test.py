@@ -30,7 +30,10 @@ def test_an_unfinished_character_is_flushed_by_finalize():
 
 def test_byte_level_bpe_spaces(tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import decoders, models, pre_tokenizers, trainers
+    from tokenizers import decoders
+    from tokenizers import models
+    from tokenizers import pre_tokenizers
+    from tokenizers import trainers
 
     tokenizer = tokenizers.Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

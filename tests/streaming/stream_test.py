@@ -112,7 +112,9 @@ def test_rows_finish_with_their_reason(gpt2_lm):
     for tokens, reason in zip(final.token_ids, final.finish_reasons):
         assert reason == ("stop" if stop in tokens else "length")
     finished_at = {}
-    for number, chunk in enumerate(gpt2_lm.stream(PROMPTS, max_new_tokens=10, stop_token_ids=[stop])):
+    for number, chunk in enumerate(
+        gpt2_lm.stream(PROMPTS, max_new_tokens=10, stop_token_ids=[stop])
+    ):
         for row, reason in enumerate(chunk.finish_reasons):
             finished_at.setdefault(row, number if reason else None)
             if reason is None:
@@ -122,8 +124,12 @@ def test_rows_finish_with_their_reason(gpt2_lm):
 
 def test_log_probs_are_log_softmax_of_logits_at_the_chosen_tokens(gpt2_lm):
     final = gpt2_lm.generate(
-        PROMPTS, max_new_tokens=6, return_dict=True,
-        output_logits=True, output_log_probs=True, output_scores=True,
+        PROMPTS,
+        max_new_tokens=6,
+        return_dict=True,
+        output_logits=True,
+        output_log_probs=True,
+        output_scores=True,
     )
     for tokens, logits, scores, log_probs in zip(
         final.token_ids, final.logits, final.scores, final.log_probs
@@ -144,15 +150,17 @@ def test_hidden_states_are_the_final_hidden_states(gpt2_lm):
     sequence = final.sequences[0]
     hidden = ops.convert_to_numpy(gpt2_lm.backbone(np.array([sequence])))[0]
     # The state that produced new token t is the one at position t - 1.
-    np.testing.assert_allclose(
-        final.hidden_states[0], hidden[2:-1], atol=1e-4
-    )
+    np.testing.assert_allclose(final.hidden_states[0], hidden[2:-1], atol=1e-4)
 
 
 def test_stream_does_not_recompile_as_it_advances(gpt2_lm, traces):
     list(gpt2_lm.stream(PROMPTS, max_new_tokens=20, stream_chunk_size=2))
     first = traces()
-    list(gpt2_lm.stream([[1, 2], [3, 4, 5, 6], [9]], max_new_tokens=15, stream_chunk_size=3))
+    list(
+        gpt2_lm.stream(
+            [[1, 2], [3, 4, 5, 6], [9]], max_new_tokens=15, stream_chunk_size=3
+        )
+    )
     assert traces() == first
 
 
@@ -197,7 +205,10 @@ def test_breaking_out_early_stops(gpt2_lm):
 
 def test_max_time_ends_running_rows_with_reason_time(gpt2_lm):
     final = gpt2_lm.generate(
-        PROMPTS, max_new_tokens=60, max_time=1e-9, return_dict=True,
+        PROMPTS,
+        max_new_tokens=60,
+        max_time=1e-9,
+        return_dict=True,
         stream_chunk_size=2,
     )
     assert final.finish_reasons == ["time"] * 3

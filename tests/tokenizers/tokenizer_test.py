@@ -116,16 +116,29 @@ def _sentencepiece_style():
     """A Llama-2-like tokenizer: word boundaries as U+2581, byte fallback."""
     import tokenizers
 
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "<0xE2>": 4,
-             "\u2581": 5, "\u2581hi": 6, "hi": 7, "{": 8, "\u2581{": 9, "é": 10}
+    vocab = {
+        "<unk>": 0,
+        "<s>": 1,
+        "</s>": 2,
+        "<0x0A>": 3,
+        "<0xE2>": 4,
+        "\u2581": 5,
+        "\u2581hi": 6,
+        "hi": 7,
+        "{": 8,
+        "\u2581{": 9,
+        "é": 10,
+    }
     model = tokenizers.models.BPE(vocab, [], unk_token="<unk>", byte_fallback=True)
     tokenizer = tokenizers.Tokenizer(model)
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
-    tokenizer.decoder = tokenizers.decoders.Sequence([
-        tokenizers.decoders.Replace("\u2581", " "),
-        tokenizers.decoders.ByteFallback(),
-        tokenizers.decoders.Fuse(),
-    ])
+    tokenizer.decoder = tokenizers.decoders.Sequence(
+        [
+            tokenizers.decoders.Replace("\u2581", " "),
+            tokenizers.decoders.ByteFallback(),
+            tokenizers.decoders.Fuse(),
+        ]
+    )
     tokenizer.add_special_tokens(["<s>", "</s>"])
     return Tokenizer(tokenizer, bos_token_id=1, eos_token_ids=[2])
 

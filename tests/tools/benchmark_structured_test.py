@@ -14,8 +14,15 @@ ROOT = pathlib.Path(__file__).parents[2]
 def test_structured_benchmark_runs_a_tiny_workload(tmp_path):
     output = tmp_path / "results.json"
     command = [
-        sys.executable, str(ROOT / "tools" / "benchmark_structured.py"), "--tiny",
-        "--repeats", "1", "--new-tokens", "24", "--json", str(output),
+        sys.executable,
+        str(ROOT / "tools" / "benchmark_structured.py"),
+        "--tiny",
+        "--repeats",
+        "1",
+        "--new-tokens",
+        "24",
+        "--json",
+        str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -13,11 +13,22 @@ ROOT = pathlib.Path(__file__).parents[2]
 def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     output = tmp_path / "results.json"
     command = [
-        sys.executable, str(ROOT / "tools" / "benchmark.py"), "--tiny",
-        "--repeats", "2", "--max-length", "48", "--ttft-max-length", "96",
-        "--stream", "--quantize", "int8",
-        "--systems", "keras-gen,keras-hub,transformers,ctranslate2,llama.cpp",
-        "--json", str(output),
+        sys.executable,
+        str(ROOT / "tools" / "benchmark.py"),
+        "--tiny",
+        "--repeats",
+        "2",
+        "--max-length",
+        "48",
+        "--ttft-max-length",
+        "96",
+        "--stream",
+        "--quantize",
+        "int8",
+        "--systems",
+        "keras-gen,keras-hub,transformers,ctranslate2,llama.cpp",
+        "--json",
+        str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -29,7 +40,11 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     assert ours["tokens"] == results["transformers"]["tokens"]
     assert ours["tokens"] == results["keras-hub"]["tokens"]
     # Timed in alternating rounds, one run of each system per round.
-    assert all(len(results[name]["rounds"]) == 2 for name in results if "rounds" in results[name])
+    assert all(
+        len(results[name]["rounds"]) == 2
+        for name in results
+        if "rounds" in results[name]
+    )
     if "skipped" in results["ctranslate2"]:
         assert results["ctranslate2"]["skipped"] == "ctranslate2 not installed"
         assert "skipped: ctranslate2 not installed" in result.stdout

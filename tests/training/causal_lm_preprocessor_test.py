@@ -20,7 +20,9 @@ def _check(arrays, rows):
     for i, (tokens, learnt) in enumerate(rows):
         n = len(tokens)
         assert inputs["token_ids"][i, : n - 1].tolist() == tokens[:-1]
-        assert inputs["padding_mask"][i].tolist() == [1] * min(n, width) + [0] * (width - n)
+        assert inputs["padding_mask"][i].tolist() == [1] * min(n, width) + [0] * (
+            width - n
+        )
         assert labels[i, : n - 1].tolist() == tokens[1:]
         assert weights[i].tolist() == learnt[1:] + [0.0] * (width - n + 1)
 
@@ -46,11 +48,16 @@ def test_pairs_mask_the_prompt_unless_asked_not_to(tokenizer):
         completion_ids = tokenizer.encode(completion, add_special_tokens=False)
         completion_ids.append(tokenizer.eos_token_id)
         rows.append(
-            (prompt_ids + completion_ids, [0.0] * len(prompt_ids) + [1.0] * len(completion_ids))
+            (
+                prompt_ids + completion_ids,
+                [0.0] * len(prompt_ids) + [1.0] * len(completion_ids),
+            )
         )
     _check(arrays, rows)
     columns = {"prompts": [p for p, _ in pairs], "responses": [c for _, c in pairs]}
-    np.testing.assert_array_equal(CausalLMPreprocessor(tokenizer)(columns)[2], arrays[2])
+    np.testing.assert_array_equal(
+        CausalLMPreprocessor(tokenizer)(columns)[2], arrays[2]
+    )
     unmasked = CausalLMPreprocessor(tokenizer, mask_prompt=False)(pairs)
     _check(unmasked, [(tokens, [1.0] * len(tokens)) for tokens, _ in rows])
 
@@ -93,7 +100,9 @@ def test_a_template_that_rewrites_history_asks_for_mask_prompt_false(tokenizer):
     with pytest.raises(ValueError, match="mask_prompt=False"):
         CausalLMPreprocessor(tokenizer)([conversation])
     unmasked = CausalLMPreprocessor(tokenizer, mask_prompt=False)([conversation])
-    tokens = tokenizer.encode("user: a\nuser: c\nassistant: d\n", add_special_tokens=False)
+    tokens = tokenizer.encode(
+        "user: a\nuser: c\nassistant: d\n", add_special_tokens=False
+    )
     _check(unmasked, [(tokens, [1.0] * len(tokens))])
 
 
@@ -108,7 +117,9 @@ def test_long_examples_are_cut_with_a_warning(tokenizer):
 def test_packing_learns_every_token_once_in_full_rows(tokenizer):
     preprocessor = CausalLMPreprocessor(tokenizer, sequence_length=16, packing=True)
     inputs, labels, weights = preprocessor(TEXT)
-    stream = [t for text in TEXT for t in tokenizer.encode(text) + [tokenizer.eos_token_id]]
+    stream = [
+        t for text in TEXT for t in tokenizer.encode(text) + [tokenizer.eos_token_id]
+    ]
     assert inputs["token_ids"].shape[1] == 16
     assert inputs["padding_mask"][:-1].all()
     learnt = [int(t) for y, w in zip(labels, weights) for t in y[w > 0]]
@@ -125,17 +136,21 @@ def test_numpy_and_datasets_read_as_lists(tokenizer):
         tf.data.Dataset.from_tensor_slices(TEXT),
         tf.data.Dataset.from_tensor_slices(TEXT).batch(4),
     ):
-        (inputs, labels, weights), = list(preprocessor.dataset(dataset, batch_size=4))
+        ((inputs, labels, weights),) = list(preprocessor.dataset(dataset, batch_size=4))
         assert labels.shape == (4, 24)
         assert weights.numpy().sum() == from_list[2].sum()
         # Padded to `sequence_length`, the same tokens.
         width = from_list[1].shape[1]
         np.testing.assert_array_equal(labels.numpy()[:, :width], from_list[1])
         assert "padding_mask" in inputs
-    pairs = tf.data.Dataset.from_tensor_slices((["The for", "A"], [" statement", " class"]))
-    (_, labels, weights), = list(preprocessor.dataset(pairs.batch(2)))
+    pairs = tf.data.Dataset.from_tensor_slices(
+        (["The for", "A"], [" statement", " class"])
+    )
+    ((_, labels, weights),) = list(preprocessor.dataset(pairs.batch(2)))
     expected = preprocessor([("The for", " statement"), ("A", " class")])
-    np.testing.assert_array_equal(weights.numpy()[:, : expected[2].shape[1]], expected[2])
+    np.testing.assert_array_equal(
+        weights.numpy()[:, : expected[2].shape[1]], expected[2]
+    )
 
 
 def test_what_is_text():

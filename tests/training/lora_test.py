@@ -38,12 +38,22 @@ def _size(variables):
         (
             lambda: LlamaCausalLM(tiny_llama_backbone()),
             "all-linear",
-            ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+            (
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ),
         ),
     ],
     ids=["gpt2_default", "llama_all_linear"],
 )
-def test_only_the_adapters_train_and_merging_keeps_the_function(make, target_modules, named):
+def test_only_the_adapters_train_and_merging_keeps_the_function(
+    make, target_modules, named
+):
     lm = make()
     trainable = _size(lm.trainable_weights)
     before = _logits(lm)

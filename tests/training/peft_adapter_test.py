@@ -62,7 +62,9 @@ def test_saved_adapters_load_in_peft_and_merge_for_transformers(checkpoint, tmp_
     assert np.abs(ours - hf_models.logits(base, TOKENS)).max() > 10 * ATOL
     lm.save_lora(tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 6
+    assert (
+        config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 6
+    )
     assert config["fan_in_fan_out"] == (kind == "gpt2")
     adapted = peft.PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
     np.testing.assert_allclose(hf_models.logits(adapted, TOKENS), ours, atol=ATOL)
@@ -78,7 +80,9 @@ def test_adapters_peft_wrote_load_here(checkpoint, tmp_path):
     config = peft.LoraConfig(
         r=3,
         lora_alpha=5,
-        target_modules=targets if targets == "all-linear" else list(targets or ["q_proj", "v_proj"]),
+        target_modules=targets
+        if targets == "all-linear"
+        else list(targets or ["q_proj", "v_proj"]),
         # Random A and B: a non-zero adapter to compare.
         init_lora_weights=False,
         # rsLoRA scales by alpha / sqrt(r): read as such.
@@ -90,7 +94,9 @@ def test_adapters_peft_wrote_load_here(checkpoint, tmp_path):
     lm = CausalLM.from_pretrained(folder)
     count = lm.load_lora(tmp_path / "adapter")
     assert count == len(lora.adapted(lm.backbone)) > 0
-    np.testing.assert_allclose(_logits(lm), hf_models.logits(adapted, TOKENS), atol=ATOL)
+    np.testing.assert_allclose(
+        _logits(lm), hf_models.logits(adapted, TOKENS), atol=ATOL
+    )
     # Only the adapters train.
     assert all("lora_kernel" in v.path for v in lm.trainable_weights)
     # Saved back, the same adapter.
@@ -114,7 +120,9 @@ def test_adapters_that_cannot_load_say_why(tmp_path):
     ]:
         adapter = tmp_path / f"adapter_{message[:4]}"
         config = peft.LoraConfig(r=2, target_modules=["q_proj"])
-        peft.get_peft_model(hf_models.make_model("llama"), config).save_pretrained(adapter)
+        peft.get_peft_model(hf_models.make_model("llama"), config).save_pretrained(
+            adapter
+        )
         written = json.loads((adapter / "adapter_config.json").read_text())
         (adapter / "adapter_config.json").write_text(json.dumps({**written, **change}))
         with pytest.raises(ValueError, match=message):
@@ -123,7 +131,9 @@ def test_adapters_that_cannot_load_say_why(tmp_path):
     adapter = tmp_path / "embedding"
     config = peft.LoraConfig(r=2, target_modules=["embed_tokens"])
     peft.get_peft_model(hf_models.make_model("llama"), config).save_pretrained(adapter)
-    with pytest.raises(ValueError, match="match none of this LlamaBackbone's projections"):
+    with pytest.raises(
+        ValueError, match="match none of this LlamaBackbone's projections"
+    ):
         lm.load_lora(adapter)
     os.remove(adapter / "adapter_model.safetensors")
     with pytest.raises(FileNotFoundError, match="never pickle"):

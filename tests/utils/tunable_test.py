@@ -30,7 +30,9 @@ CASES = {
         P.MinLength(min_length=a, min_new_tokens=b, stop_token_ids=s)
         for a, b, s in ((9, None, [6]), (None, 3, [1, 2]), (4, 2, [0]), (12, 12, [5]))
     ],
-    "forced_eos": [P.ForcedEOS(e, max_length=m) for e, m in ((7, 9), (1, 10), (2, 8), (3, 11))],
+    "forced_eos": [
+        P.ForcedEOS(e, max_length=m) for e, m in ((7, 9), (1, 10), (2, 8), (3, 11))
+    ],
     "top_k": [P.TopK(k) for k in (1, 3, 24, 100)],
     "top_p": [P.TopP(p) for p in (0.1, 0.5, 0.95, 1.0)],
     "min_p": [P.MinP(p) for p in (0.01, 0.2, 0.9, 1.0)],
@@ -42,8 +44,11 @@ INDICES = [8, 6, 9, 11]
 def _alone(processor, logits, prompt, mask, row):
     bound = processor.with_parameters(processor.get_parameter_tensors(), rows=1)
     return helpers.run(
-        bound, logits[row : row + 1], prompt[row : row + 1],
-        [[INDICES[row]]], mask[row : row + 1],
+        bound,
+        logits[row : row + 1],
+        prompt[row : row + 1],
+        [[INDICES[row]]],
+        mask[row : row + 1],
     )
 
 
@@ -84,14 +89,20 @@ def test_sampler_filters_per_row():
         dict(top_k=10, top_p=0.9, min_p=0.0, typical_p=0.8),
     ]
     instances = [samplers.RandomSampler(**s) for s in settings]
-    expected = np.concatenate([
-        ops.convert_to_numpy(
-            s.with_parameters(s.get_parameter_tensors(), rows=1).filter_logits(logits[r : r + 1])
-        )
-        for r, s in enumerate(instances)
-    ])
+    expected = np.concatenate(
+        [
+            ops.convert_to_numpy(
+                s.with_parameters(s.get_parameter_tensors(), rows=1).filter_logits(
+                    logits[r : r + 1]
+                )
+            )
+            for r, s in enumerate(instances)
+        ]
+    )
     rows = {k: ops.convert_to_tensor(v) for k, v in stack_rows(instances).items()}
-    ours = ops.convert_to_numpy(instances[0].with_parameters(rows).filter_logits(logits))
+    ours = ops.convert_to_numpy(
+        instances[0].with_parameters(rows).filter_logits(logits)
+    )
     np.testing.assert_array_equal(ours, expected)
 
 

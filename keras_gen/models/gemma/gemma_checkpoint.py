@@ -25,23 +25,39 @@ MODEL_TYPES = {
 ALLOWED = {
     "GemmaForCausalLM": set(),
     "Gemma2ForCausalLM": {
-        "norm_placement", "query_pre_attention_scalar", "attention_logit_softcap",
-        "final_logit_softcap", "sliding_window", "sliding_window_layers",
+        "norm_placement",
+        "query_pre_attention_scalar",
+        "attention_logit_softcap",
+        "final_logit_softcap",
+        "sliding_window",
+        "sliding_window_layers",
     },
     "Gemma3ForCausalLM": {
-        "norm_placement", "query_key_norm", "query_pre_attention_scalar",
-        "attention_logit_softcap", "final_logit_softcap", "sliding_window",
-        "sliding_window_layers", "local_rope_max_wavelength",
+        "norm_placement",
+        "query_key_norm",
+        "query_pre_attention_scalar",
+        "attention_logit_softcap",
+        "final_logit_softcap",
+        "sliding_window",
+        "sliding_window_layers",
+        "local_rope_max_wavelength",
     },
 }
-FIXED = {"activation": "gelu_approximate", "norm_unit_offset": True, "scale_embeddings": True}
+FIXED = {
+    "activation": "gelu_approximate",
+    "norm_unit_offset": True,
+    "scale_embeddings": True,
+}
 
 
 def _activation(config, architecture):
     # Gemma's official configs say "gelu" and mean the tanh approximation
     # (transformers reads them so too).
     keys = ("hidden_activation", "hidden_act")
-    config = {k: "gelu_pytorch_tanh" if config.get(k) == "gelu" else config.get(k) for k in keys}
+    config = {
+        k: "gelu_pytorch_tanh" if config.get(k) == "gelu" else config.get(k)
+        for k in keys
+    }
     return decoder_checkpoint.activation(config, architecture, *keys)
 
 
@@ -93,7 +109,9 @@ def backbone_from_config(config, architecture, dtype=None):
         "sliding_attention" if (i + 1) % pattern else "full_attention"
         for i in range(num_layers)
     ]
-    window, layers = decoder_checkpoint.layer_windows(kinds, config.get("sliding_window"))
+    window, layers = decoder_checkpoint.layer_windows(
+        kinds, config.get("sliding_window")
+    )
     return GemmaBackbone(
         **kwargs,
         norm_placement="sandwich",
@@ -123,7 +141,9 @@ def config_from_backbone(backbone):
         fixed["query_key_norm"] = "head"
     allowed = ALLOWED[architecture] - set(fixed)
     decoder_checkpoint.check_options(backbone, architecture, allowed, fixed=fixed)
-    config = decoder_checkpoint.base_config(backbone, architecture, MODEL_TYPES[architecture])
+    config = decoder_checkpoint.base_config(
+        backbone, architecture, MODEL_TYPES[architecture]
+    )
     config["hidden_activation"] = config["hidden_act"]
     if architecture == "GemmaForCausalLM":
         return config

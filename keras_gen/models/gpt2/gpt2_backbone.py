@@ -68,12 +68,8 @@ class GPT2Backbone(Backbone):
         self.layer_norm_epsilon = layer_norm_epsilon
 
         policy = self.dtype_policy
-        self.wte = Embedding(
-            vocabulary_size, hidden_dim, dtype=policy, name="wte"
-        )
-        self.wpe = Embedding(
-            max_sequence_length, hidden_dim, dtype=policy, name="wpe"
-        )
+        self.wte = Embedding(vocabulary_size, hidden_dim, dtype=policy, name="wte")
+        self.wpe = Embedding(max_sequence_length, hidden_dim, dtype=policy, name="wpe")
         self.embeddings_dropout = Dropout(dropout, dtype=policy)
         self.transformer_layers = [
             GPT2Block(

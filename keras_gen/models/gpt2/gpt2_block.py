@@ -52,22 +52,14 @@ class GPT2Block(LeanCall, keras.layers.Layer):
         self.ln_1 = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_1"
         )
-        self.c_attn = Dense(
-            3 * hidden_dim, dtype=self.dtype_policy, name="c_attn"
-        )
+        self.c_attn = Dense(3 * hidden_dim, dtype=self.dtype_policy, name="c_attn")
         self.attention = CachedAttention(dtype=self.dtype_policy, name="attention")
-        self.c_proj = Dense(
-            hidden_dim, dtype=self.dtype_policy, name="c_proj"
-        )
+        self.c_proj = Dense(hidden_dim, dtype=self.dtype_policy, name="c_proj")
         self.ln_2 = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="ln_2"
         )
-        self.c_fc = Dense(
-            intermediate_dim, dtype=self.dtype_policy, name="c_fc"
-        )
-        self.mlp_c_proj = Dense(
-            hidden_dim, dtype=self.dtype_policy, name="mlp_c_proj"
-        )
+        self.c_fc = Dense(intermediate_dim, dtype=self.dtype_policy, name="c_fc")
+        self.mlp_c_proj = Dense(hidden_dim, dtype=self.dtype_policy, name="mlp_c_proj")
         self.dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -85,7 +77,13 @@ class GPT2Block(LeanCall, keras.layers.Layer):
         return ops.transpose(x, (0, 2, 1, 3))
 
     def call(
-        self, x, cache=None, index=0, seed_cache=False, padding_mask=None, training=False
+        self,
+        x,
+        cache=None,
+        index=0,
+        seed_cache=False,
+        padding_mask=None,
+        training=False,
     ):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         query, key, value = ops.split(self.c_attn(self.ln_1(x)), 3, axis=-1)

@@ -53,8 +53,11 @@ def backbone_from_config(config, architecture, dtype=None):
 
 # The options a Llama-family config expresses beyond the common ones.
 ALLOWED = {
-    "query_key_value_bias", "attention_output_bias", "mlp_bias",
-    "sliding_window", "sliding_window_layers",
+    "query_key_value_bias",
+    "attention_output_bias",
+    "mlp_bias",
+    "sliding_window",
+    "sliding_window_layers",
 }
 
 

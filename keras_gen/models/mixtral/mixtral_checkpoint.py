@@ -45,4 +45,6 @@ def weight_map(backbone):
     return decoder_checkpoint.weight_map(backbone, experts="mixtral")
 
 
-architectures.register(sys.modules[__name__], {ARCHITECTURE: "mixtral"}, MixtralBackbone)
+architectures.register(
+    sys.modules[__name__], {ARCHITECTURE: "mixtral"}, MixtralBackbone
+)

@@ -20,7 +20,12 @@ class Olmo2Backbone(DecoderBackbone):
     (1, 5, 16)
     """
 
-    def __init__(self, *args, norm_placement="post", query_key_norm="projection", **kwargs):
+    def __init__(
+        self, *args, norm_placement="post", query_key_norm="projection", **kwargs
+    ):
         super().__init__(
-            *args, norm_placement=norm_placement, query_key_norm=query_key_norm, **kwargs
+            *args,
+            norm_placement=norm_placement,
+            query_key_norm=query_key_norm,
+            **kwargs,
         )

@@ -13,9 +13,15 @@ from keras_gen.models.qwen3.qwen3_causal_lm import Qwen3CausalLM
 CAUSAL_LM_CLASS = Qwen3CausalLM
 MODEL_TYPES = {"Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe"}
 ALLOWED = {
-    "query_key_value_bias", "attention_output_bias", "sliding_window",
-    "sliding_window_layers", "num_experts", "num_experts_per_token",
-    "expert_intermediate_dim", "normalize_expert_weights", "dense_layers",
+    "query_key_value_bias",
+    "attention_output_bias",
+    "sliding_window",
+    "sliding_window_layers",
+    "num_experts",
+    "num_experts_per_token",
+    "expert_intermediate_dim",
+    "normalize_expert_weights",
+    "dense_layers",
 }
 
 
@@ -52,7 +58,9 @@ def config_from_backbone(backbone):
     decoder_checkpoint.check_options(
         backbone, architecture, ALLOWED, fixed={"query_key_norm": "head"}
     )
-    config = decoder_checkpoint.base_config(backbone, architecture, MODEL_TYPES[architecture])
+    config = decoder_checkpoint.base_config(
+        backbone, architecture, MODEL_TYPES[architecture]
+    )
     decoder_checkpoint.write_attention_bias(backbone, architecture, config)
     decoder_checkpoint.write_qwen_windows(backbone, config)
     if moe:
@@ -60,7 +68,8 @@ def config_from_backbone(backbone):
         config.update(
             num_experts=backbone.num_experts,
             num_experts_per_tok=backbone.num_experts_per_token,
-            moe_intermediate_size=backbone.expert_intermediate_dim or backbone.intermediate_dim,
+            moe_intermediate_size=backbone.expert_intermediate_dim
+            or backbone.intermediate_dim,
             norm_topk_prob=backbone.normalize_expert_weights,
             decoder_sparse_step=1,
             mlp_only_layers=dense,

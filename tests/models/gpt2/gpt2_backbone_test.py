@@ -19,9 +19,7 @@ def test_full_sequence_logits_match_numpy_reference(gpt2_backbone):
 
 def test_cached_logits_match_full_run(gpt2_backbone):
     tokens = np.array([[5, 9, 2, 33, 61, 0, 7, 8]], "int32")
-    full = ops.convert_to_numpy(
-        gpt2_backbone.compute_logits(gpt2_backbone(tokens))
-    )[0]
+    full = ops.convert_to_numpy(gpt2_backbone.compute_logits(gpt2_backbone(tokens)))[0]
     _, state = gpt2_backbone.build_state(tokens[:, :3], cache_length=16)
     for index in range(3, tokens.shape[1]):
         logits, _, state = gpt2_backbone.call_with_state(

@@ -10,8 +10,15 @@ from keras_gen.models import GPT2Backbone
 from keras_gen.models import GPT2CausalLM
 
 
-def make_hf_gpt2(seed=0, vocabulary_size=64, hidden_dim=16, num_layers=2,
-                 num_heads=2, max_sequence_length=128, initializer_range=0.3):
+def make_hf_gpt2(
+    seed=0,
+    vocabulary_size=64,
+    hidden_dim=16,
+    num_layers=2,
+    num_heads=2,
+    max_sequence_length=128,
+    initializer_range=0.3,
+):
     """A tiny `GPT2LMHeadModel` with spread-out logits.
 
     The default initializer range (0.02) makes a tiny model's logits nearly
@@ -54,13 +61,17 @@ def hf_weights(hf_model):
         "ln_f/beta": state["ln_f.bias"],
     }
     sublayers = {
-        "ln_1": "ln_1", "c_attn": "attn.c_attn", "c_proj": "attn.c_proj",
-        "ln_2": "ln_2", "c_fc": "mlp.c_fc", "mlp_c_proj": "mlp.c_proj",
+        "ln_1": "ln_1",
+        "c_attn": "attn.c_attn",
+        "c_proj": "attn.c_proj",
+        "ln_2": "ln_2",
+        "c_fc": "mlp.c_fc",
+        "mlp_c_proj": "mlp.c_proj",
     }
     for i in range(hf_model.config.n_layer):
         for our_name, hf_name in sublayers.items():
-            weight, bias = ("gamma", "beta") if our_name.startswith("ln") else (
-                "kernel", "bias"
+            weight, bias = (
+                ("gamma", "beta") if our_name.startswith("ln") else ("kernel", "bias")
             )
             ours[f"h_{i}/{our_name}/{weight}"] = state[f"h.{i}.{hf_name}.weight"]
             ours[f"h_{i}/{our_name}/{bias}"] = state[f"h.{i}.{hf_name}.bias"]

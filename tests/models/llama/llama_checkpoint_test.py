@@ -74,8 +74,11 @@ def test_qwen2_without_use_sliding_window_has_no_window():
 
 def test_rope_reads_transformers_4_and_5_configs():
     scaling = {
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
     }
     v4 = {"rope_theta": 5e5, "rope_scaling": scaling}
     v5 = {"rope_parameters": {**scaling, "rope_theta": 5e5}}
@@ -83,7 +86,8 @@ def test_rope_reads_transformers_4_and_5_configs():
     assert decoder_checkpoint.rope({"rope_theta": 1e4}) == (1e4, None)
     legacy = {"rope_scaling": {"type": "linear", "factor": 2.0}}
     assert decoder_checkpoint.rope(legacy) == (
-        10000.0, {"rope_type": "linear", "factor": 2.0}
+        10000.0,
+        {"rope_type": "linear", "factor": 2.0},
     )
 
 
@@ -100,8 +104,12 @@ def test_unsupported_rope_type_and_activation_are_named():
 
 def test_save_picks_the_architecture_that_expresses_the_backbone():
     tiny = dict(
-        vocabulary_size=32, num_layers=2, num_query_heads=2,
-        num_key_value_heads=1, hidden_dim=8, intermediate_dim=16,
+        vocabulary_size=32,
+        num_layers=2,
+        num_query_heads=2,
+        num_key_value_heads=1,
+        hidden_dim=8,
+        intermediate_dim=16,
     )
     cases = [
         ({}, "LlamaForCausalLM"),

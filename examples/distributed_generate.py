@@ -10,6 +10,7 @@ Several hosts: see `examples/multihost_generate.py` (one process per host,
 the data axis across hosts, the model axis within one).
 """
 
+import argparse
 import os
 
 # Must be set before JAX starts. It only adds CPU devices: on a machine with
@@ -20,6 +21,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import keras  # noqa: E402
 
 import keras_gen  # noqa: E402
+
+# `--help` shows the docstring; the example takes no arguments.
+argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+).parse_args()
 
 devices = keras.distribution.list_devices()[:8]
 mesh = keras.distribution.DeviceMesh(

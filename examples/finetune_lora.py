@@ -68,7 +68,7 @@ def main(argv=None):
     before = lm.evaluate(validation, batch_size=8, verbose=0)[0]
     rows = len(lm.preprocessor(train)[1])
     epochs = max(1, round(args.steps * 8 / rows))
-    lm.fit(train, epochs=epochs, batch_size=8, verbose=0)
+    lm.fit(train, epochs=epochs, batch_size=8)  # Keras shows its progress
     after = lm.evaluate(validation, batch_size=8, verbose=0)[0]
     print(
         f"validation loss {before:.3f} -> {after:.3f} ({epochs} epochs of {rows} rows)"

@@ -3,7 +3,14 @@
 python examples/generation_options.py
 """
 
+import argparse
+
 import keras_gen
+
+# `--help` shows the docstring; the example takes no arguments.
+argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+).parse_args()
 
 lm = keras_gen.CausalLM.from_preset("demo")
 # The defaults its generation_config.json gives: top-k 40 at temperature

@@ -3,7 +3,14 @@
 python examples/quickstart.py
 """
 
+import argparse
+
 import keras_gen
+
+# `--help` shows the docstring; the example takes no arguments.
+argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+).parse_args()
 
 backbone = keras_gen.models.GPT2Backbone(
     vocabulary_size=100,

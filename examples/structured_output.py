@@ -3,6 +3,7 @@
 python examples/structured_output.py
 """
 
+import argparse
 import json
 
 import keras_gen
@@ -10,6 +11,11 @@ from keras_gen.processors import Choice
 from keras_gen.processors import JsonSchema
 from keras_gen.processors import Regex
 from keras_gen.processors import StructuredOutput
+
+# `--help` shows the docstring; the example takes no arguments.
+argparse.ArgumentParser(
+    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+).parse_args()
 
 lm = keras_gen.CausalLM.from_preset("demo")
 schema = {

@@ -101,7 +101,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt-length", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="prompt plus new tokens (default: 256; with --tiny, its 128 positions)",
+    )
     parser.add_argument("--sampler", default="greedy")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds")
     parser.add_argument(
@@ -124,6 +129,8 @@ def parse_args(argv=None):
     parser.add_argument("--system", help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--weights", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.max_length is None:
+        args.max_length = TINY["max_sequence_length"] if args.tiny else 256
     for name in ("batch", "prompt_length", "max_length", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -789,6 +796,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"arguments": vars(args), "results": results}, file, indent=1)
+    failed = sorted(name for name, result in results.items() if "error" in result)
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+        return 1
     ours = results.get("keras-gen", {})
     peer = results.get("transformers", {})
     if args.sampler == "greedy" and "tokens" in ours and "tokens" in peer:

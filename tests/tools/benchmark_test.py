@@ -60,3 +60,14 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     assert "keras-gen / keras-hub" in result.stdout
     assert len(results["keras-gen-int8"]["log_probs"]) == len(ours["tokens"])
     assert "keras-gen-int8 drift from float32" in result.stdout
+
+
+@pytest.mark.only_backend("jax")
+def test_benchmark_fails_when_a_system_fails():
+    # --tiny has 128 positions: 256 fails in keras-gen, and the run says so.
+    command = [sys.executable, str(ROOT / "tools" / "benchmark.py"), "--tiny"]
+    command += ["--systems", "keras-gen", "--repeats", "1", "--max-length", "256"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "FAILED: keras-gen" in result.stdout
+    assert "beyond the model's 128 positions" in result.stdout

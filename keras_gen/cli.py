@@ -140,6 +140,12 @@ def _add_common(parser):
         "adapter_model.safetensors), merged into the model after loading",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the start-up logs of the libraries underneath "
+        "(TensorFlow's C++ lines)",
+    )
+    parser.add_argument(
         "--no-compilation-cache",
         action="store_true",
         help="compile afresh, without the persistent compilation cache "
@@ -322,6 +328,22 @@ def select_backend(requested):
         os.environ["KERAS_BACKEND"] = backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return backend
+
+
+def _import_quietly(module):
+    """Import `module` with the process's stderr (file descriptor 2) on
+    /dev/null: TensorFlow's C++ logs its start-up (oneDNN, CUDA) before any
+    setting can silence it. An import error still raises, once stderr is
+    back."""
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(quiet, 2)
+        __import__(module)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
 
 
 def say(message):
@@ -620,7 +642,9 @@ def main(argv=None):
     if getattr(args, "no_compilation_cache", False):
         os.environ["KERAS_GEN_COMPILATION_CACHE"] = "0"
     try:
-        select_backend(getattr(args, "backend", None))
+        backend = select_backend(getattr(args, "backend", None))
+        if backend == "tensorflow" and not getattr(args, "verbose", True):
+            _import_quietly("tensorflow")
         return COMMANDS[args.command](args)
     except UsageError as error:
         print(f"keras-gen {args.command}: error: {error}", file=sys.stderr)

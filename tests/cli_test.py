@@ -660,3 +660,13 @@ def test_a_terminal_sees_the_compile_counted(tmp_path):
     assert "\r\033[Kkeras-gen: compiling the program... " in text
     # Erased, then the prompt and its continuation.
     assert text.rindex("\r\033[K") < text.index(PROMPT)
+
+
+@pytest.mark.only_backend("tensorflow")
+def test_tensorflow_start_up_logs_are_quiet():
+    result = command(
+        "--backend", "tensorflow", "generate", PROMPT, "--max-new-tokens", "2"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "oneDNN" not in result.stderr and "absl" not in result.stderr
+    assert result.stderr.startswith("keras-gen: loaded demo on tensorflow")

@@ -89,9 +89,13 @@ def forget_choice():
 def announce(active):
     """Say once that keras-gen chose `active`, if it did."""
     if _choice.get("backend") == active:
-        warnings.warn(
+        # Explicit, so that no source line of the package is shown with it.
+        warnings.warn_explicit(
             f"keras-gen runs on the {active} backend: {_choice['reason']}. "
             "Set KERAS_BACKEND to choose another.",
-            stacklevel=3,
+            UserWarning,
+            filename="keras-gen",
+            lineno=0,
+            module="keras_gen",
         )
         _choice.clear()

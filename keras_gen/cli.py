@@ -374,7 +374,8 @@ def load_model(model, dtype=None, lora=None):
     from keras_gen.models import CausalLM
 
     try:
-        lm = CausalLM.from_preset(model, dtype=dtype)
+        with Ticker(f"loading {model}", closing_line=False):
+            lm = CausalLM.from_preset(model, dtype=dtype)
     except (OSError, ValueError) as error:
         raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
     if lora is not None:

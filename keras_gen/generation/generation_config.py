@@ -185,7 +185,7 @@ class GenerationConfig:
     >>> GenerationConfig(top_p=1.5)
     Traceback (most recent call last):
     ...
-    ValueError: `top_p` must be > 0 and <= 1. Received: top_p=1.5
+    ValueError: `top_p` must be in (0, 1]. Received: top_p=1.5
     """
 
     # Lengths.

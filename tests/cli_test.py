@@ -241,53 +241,22 @@ def test_structured_output_flags(capsys, model_folder, tmp_path):
     }
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(schema))
+    base = ("generate", PROMPT, "--model", path, "--max-new-tokens", "30")
     for flags, check in (
         (["--json-schema", str(schema_file)], lambda t: json.loads(t)["n"] < 10),
         (["--regex", "[a-z]{3}!"], lambda t: len(t) == 4 and t.endswith("!")),
         (["--choice", "yes", "no"], lambda t: t in ("yes", "no")),
     ):
-        status, out, _ = run(
-            capsys,
-            "generate",
-            PROMPT,
-            "--model",
-            path,
-            "--json",
-            "--max-new-tokens",
-            "30",
-            *flags,
-        )
+        status, out, _ = run(capsys, *base, "--json", *flags)
         record = json.loads(out)
         assert status == 0 and check(record["text"]), (flags, record)
         assert record["finish_reason"] == "stop"
-    status, out, _ = run(
-        capsys,
-        "generate",
-        PROMPT,
-        "--model",
-        path,
-        "--json",
-        "--max-new-tokens",
-        "30",
-        "--json-schema",
-        str(schema_file),
-    )
+    status, out, _ = run(capsys, *base, "--json", "--json-schema", str(schema_file))
     expected = lm.generate(PROMPT, max_new_tokens=30, response_format={"json": schema})
     assert PROMPT + json.loads(out)["text"] == expected
     # Without --json: the structure alone, for `jq`.
     for flags in ([], ["--no-stream"]):
-        status, out, _ = run(
-            capsys,
-            "generate",
-            PROMPT,
-            "--model",
-            path,
-            "--max-new-tokens",
-            "30",
-            "--json-schema",
-            str(schema_file),
-            *flags,
-        )
+        status, out, _ = run(capsys, *base, "--json-schema", str(schema_file), *flags)
         assert status == 0 and json.loads(out) == json.loads(expected[len(PROMPT) :])
 
 
@@ -319,86 +288,19 @@ def test_streamed_and_plain_output_agree(capsys, model_folder):
 @pytest.mark.only_backend("jax", "torch")
 def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
     path, lm = model_folder
+    options = "--max-new-tokens 6 --json --sampler top_k --top-k 3 --temperature 0.7"
+    options = [*options.split(), "--seed", "3", "--repetition-penalty", "1.3"]
+    options += ["--stop", "zzz", "--stop", "qqq", "--model", path]
     monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
-    status, out, _ = run(
-        capsys,
-        "generate",
-        "-",
-        "--model",
-        path,
-        "--max-new-tokens",
-        "6",
-        "--json",
-        "--sampler",
-        "top_k",
-        "--top-k",
-        "3",
-        "--temperature",
-        "0.7",
-        "--seed",
-        "3",
-        "--repetition-penalty",
-        "1.3",
-        "--stop",
-        "zzz",
-        "--stop",
-        "qqq",
-    )
+    status, out, _ = run(capsys, "generate", "-", *options)
     assert status == 0
     record = json.loads(out)
     assert record["prompt"] == PROMPT and record["sampler"] == "sample"
     assert record["options"]["top_k"] == 3 and record["options"]["temperature"] == 0.7
-    status, again, _ = run(
-        capsys,
-        "generate",
-        PROMPT,
-        "--model",
-        path,
-        "--max-new-tokens",
-        "6",
-        "--json",
-        "--sampler",
-        "top_k",
-        "--top-k",
-        "3",
-        "--temperature",
-        "0.7",
-        "--seed",
-        "3",
-        "--repetition-penalty",
-        "1.3",
-        "--stop",
-        "zzz",
-        "--stop",
-        "qqq",
-    )
-    assert json.loads(again)["tokens"] == record["tokens"]
-    status, plain, _ = run(
-        capsys,
-        "generate",
-        PROMPT,
-        "--model",
-        path,
-        "--max-new-tokens",
-        "6",
-        "--json",
-        "--sampler",
-        "top_k",
-        "--top-k",
-        "3",
-        "--temperature",
-        "0.7",
-        "--seed",
-        "3",
-        "--repetition-penalty",
-        "1.3",
-        "--stop",
-        "zzz",
-        "--stop",
-        "qqq",
-        "--no-stream",
-    )
-    assert json.loads(plain)["tokens"] == record["tokens"]
+    # The prompt as an argument, streamed or not: the same tokens.
+    for flags in ([], ["--no-stream"]):
+        status, again, _ = run(capsys, "generate", PROMPT, *options, *flags)
+        assert json.loads(again)["tokens"] == record["tokens"]
 
 
 def test_backend_flag_before_the_command(capsys, model_folder):

@@ -10,6 +10,7 @@ TensorFlow or torch unless Keras runs on them.
 import contextlib
 import importlib
 import os
+import threading
 
 import keras
 import numpy as np
@@ -118,7 +119,9 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return _impl.while_loop(cond, body, loop_state, jit_compile=jit_compile)
 
 
-_warming = [False]
+# Per thread: a warm-up on the Engine's step thread leaves other threads'
+# calls as they are.
+_warming = threading.local()
 
 
 @contextlib.contextmanager
@@ -129,16 +132,16 @@ def warming_up():
     the step once and drops the result, so the step's in-place writes (the
     key/value cache) must be harmless, as they are on empty state. JAX and
     TensorFlow compile the whole program anyway."""
-    outer, _warming[0] = _warming[0], True
+    outer, _warming.active = is_warming_up(), True
     try:
         yield
     finally:
-        _warming[0] = outer
+        _warming.active = outer
 
 
 def is_warming_up():
-    """Whether the calls now running are inside `warming_up()`."""
-    return _warming[0]
+    """Whether this thread's calls now run inside `warming_up()`."""
+    return getattr(_warming, "active", False)
 
 
 def grows_caches():

@@ -1,3 +1,5 @@
+"""Every tool and example answers `--help` (without doing its work)."""
+
 import os
 import pathlib
 import subprocess
@@ -5,14 +7,19 @@ import sys
 
 import pytest
 
-TOOLS = pathlib.Path(__file__).parents[2] / "tools"
+ROOT = pathlib.Path(__file__).parents[2]
+SCRIPTS = sorted(
+    str(path.relative_to(ROOT))
+    for folder in ("tools", "examples")
+    for path in (ROOT / folder).glob("*.py")
+)
 
 
 @pytest.mark.only_backend("jax")
-@pytest.mark.parametrize("name", sorted(p.name for p in TOOLS.glob("*.py")))
-def test_every_tool_takes_help(name):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_takes_help(script):
     result = subprocess.run(
-        [sys.executable, str(TOOLS / name), "--help"],
+        [sys.executable, str(ROOT / script), "--help"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -11,6 +11,7 @@ must set `KERAS_BACKEND` before Keras loads.
 
 import argparse
 import difflib
+import importlib
 import json
 import os
 import subprocess
@@ -111,6 +112,35 @@ def _number(kind, low=None, high=None, low_open=False, name=None):
 
     parse.__name__ = name or kind.__name__
     return parse
+
+
+def _processor_spec(text):
+    """`NAME=MODULE:CLASS`, checked for its form (imported when serving)."""
+    name, _, target = text.partition("=")
+    module, _, attribute = target.partition(":")
+    if not (name and module and attribute):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=MODULE:CLASS (e.g. boost=my_processors:Boost)"
+        )
+    return name, module, attribute
+
+
+def _import_processors(specs):
+    """`{name: class}` for `--processor`'s `(name, module, class)` triples; a
+    module that does not import, or a class it lacks, is a usage error."""
+    if os.getcwd() not in sys.path:  # as `python -m` finds the folder's modules
+        sys.path.append(os.getcwd())
+    processors = {}
+    for name, module_name, attribute in specs:
+        flag = f"--processor {name}={module_name}:{attribute}"
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise UsageError(f"{flag}: cannot import {module_name}: {error}") from None
+        if not hasattr(module, attribute):
+            raise UsageError(f"{flag}: {module_name} has no {attribute}")
+        processors[name] = getattr(module, attribute)
+    return processors
 
 
 def _add_common(parser):
@@ -256,6 +286,18 @@ def _add_serve(commands):
         "--model-name",
         default=None,
         help="the name clients use in requests (default: the --model value)",
+    )
+    serve.add_argument(
+        "--processor",
+        dest="processors",
+        metavar="NAME=MODULE:CLASS",
+        type=_processor_spec,
+        action="append",
+        default=[],
+        help="register a logits processor class (a LogitsProcessor subclass, "
+        "imported from MODULE, which may be a .py file of the current folder) "
+        "under NAME, for requests to select in their `processors` field; "
+        "repeat it for several",
     )
 
 
@@ -594,10 +636,12 @@ def run_serve(args):
         return 1
     import uvicorn
 
+    processors = _import_processors(args.processors)
     lm = load_model(args.model, args.dtype, args.lora)
     try:
         app = serving.create_app(
             lm,
+            logits_processors=processors,
             model_name=args.model_name or args.model,
             max_batch_size=args.max_batch_size,
             max_length=args.max_length,

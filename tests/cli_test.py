@@ -123,6 +123,7 @@ def test_hub_ids_get_a_download_hint(capsys, model, hint):
         (["generate", "x", "--sampler", "magic"], "invalid choice: 'magic'"),
         (["generate", "x", "--backend", "numpy"], "invalid choice: 'numpy'"),
         (["serve", "--port", "99999"], "--port"),
+        (["serve", "--processor", "boost"], "'boost' is not NAME=MODULE:CLASS"),
         (["generate", "x", "--choice", "a", "--regex", "b"], "not allowed with"),
         ([], "required"),
     ],
@@ -164,6 +165,20 @@ def test_bad_option_values_exit_2_naming_the_flag(capsys, argv, message):
     assert status == 2
     assert len(err.strip().splitlines()) == 1, err
     assert message in err
+
+
+def test_a_processor_that_does_not_import_is_a_usage_error(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "boosts.py").write_text("X = 1\n")
+    status, _, err = run(capsys, "serve", "--processor", "b=no_such_module_xyz:B")
+    assert status == 2
+    assert "--processor b=no_such_module_xyz:B: cannot import no_such_module_xyz" in err
+    status, _, err = run(capsys, "serve", "--processor", "b=boosts:Boost")
+    assert status == 2
+    assert "boosts has no Boost" in err
 
 
 def test_missing_model_folder_names_the_path(capsys, tmp_path):

@@ -11,6 +11,7 @@ vocabulary) generates greedily, plainly and with three drafts:
 
     KERAS_BACKEND=jax python tools/benchmark_speculative.py
     python tools/benchmark_speculative.py --hidden 512 --new-tokens 256 --json out.json
+    python tools/benchmark_speculative.py --tiny   # seconds: checks the tool runs
 
 Reported per mode: first call (compile + run), median seconds of
 `--repeats` runs, new tokens per second, acceptance (accepted / proposed
@@ -22,27 +23,53 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
+MODES = ("self", "truncated", "lookup")
+# `--tiny`: the smallest workload, for a check that the tool runs.
+TINY = dict(
+    layers=2, hidden=32, heads=2, vocabulary=300, prompt_length=16, new_tokens=16
+)
+
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--vocabulary", type=int, default=50257)
-    parser.add_argument("--draft-layers", type=int, default=2)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--layers", type=int, default=12, help="target layers")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads")
+    parser.add_argument("--vocabulary", type=int, default=50257, help="vocabulary size")
+    parser.add_argument(
+        "--draft-layers", type=int, default=2, help="the truncated draft's layers"
+    )
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
-    parser.add_argument("--ngram", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--prompt-length", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", default="self,truncated,lookup")
+    parser.add_argument("--ngram", type=int, default=3, help="prompt lookup n-gram")
+    parser.add_argument("--batch", type=int, default=1, help="rows")
+    parser.add_argument("--prompt-length", type=int, default=32, help="prompt tokens")
+    parser.add_argument("--new-tokens", type=int, default=128, help="tokens generated")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, of {MODES}"
+    )
     parser.add_argument("--json", help="write the results to this file")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help=f"the smallest workload ({TINY}, 1 repeat), to check the tool runs",
+    )
+    args = parser.parse_args(argv)
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        parser.error(f"--modes: {sorted(unknown)} are not among {MODES}")
+    if args.tiny:
+        for name, value in {**TINY, "repeats": 1}.items():
+            setattr(args, name, value)
+    return args
 
 
 def build_models(args):
@@ -145,8 +172,16 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    differ = [
+        mode
+        for mode, result in results["modes"].items()
+        if result.get("same_tokens_as_plain") is False
+    ]
+    if differ:
+        print(f"failed: {differ} did not give plain greedy's tokens", file=sys.stderr)
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    main()
+    sys.exit(main())

@@ -38,6 +38,8 @@ setup(
         "prometheus-client>=0.17",
         # Structured output: regex and JSON schema automata over tokens.
         "outlines-core>=0.2.10,<0.3",
+        # Progress bars (loading weights), as transformers shows them.
+        "tqdm>=4.60",
     ],
     extras_require={
         "jax": JAX,

@@ -47,6 +47,10 @@ DEFAULT_MODEL = "demo"
 DEFAULT_MAX_NEW_TOKENS = 64
 
 
+# Characters of the loading line's bar.
+BAR_WIDTH = 20
+
+
 class UsageError(Exception):
     """A bad argument value found after parsing: exit status 2."""
 
@@ -414,9 +418,23 @@ def load_model(model, dtype=None, lora=None):
                 f"preset: {', '.join(presets.list_presets())}){hint}"
             )
     from keras_gen.models import CausalLM
+    from keras_gen.utils import progress
+
+    weights = {}  # the loader's progress, read by the ticker's thread
+
+    def describe():
+        if not weights:
+            return f"loading {model}"
+        done, total = weights["done"], weights["total"]
+        filled = BAR_WIDTH * done // max(total, 1)
+        bar = "#" * filled + "." * (BAR_WIDTH - filled)
+        return f"loading {model} [{bar}] {done}/{total} weights"
+
+    def report(done, total, description):
+        weights.update(done=done, total=total)
 
     try:
-        with Ticker(f"loading {model}", closing_line=False):
+        with Ticker(describe, closing_line=False), progress.reporting(report):
             lm = CausalLM.from_preset(model, dtype=dtype)
     except (OSError, ValueError) as error:
         raise UsageError(f"--model {model!r}: {_first_line(error)}") from None
@@ -518,9 +536,12 @@ def run_generate(args):
     prompt = read_prompt(args.prompt)
     options = generation_options(args)
     started = time.perf_counter()
-    lm = load_model(args.model, args.dtype, args.lora)
-    if lm.tokenizer is None:
+    # Checked before the weights load: the command takes and prints text.
+    if os.path.isdir(args.model) and not os.path.isfile(
+        os.path.join(args.model, "tokenizer.json")
+    ):
         raise UsageError(f"--model {args.model!r} has no tokenizer.json")
+    lm = load_model(args.model, args.dtype, args.lora)
     config = lm.generation_config.merge(options)
     if config.max_new_tokens is None and config.max_length is None:
         options = options.replace(max_new_tokens=DEFAULT_MAX_NEW_TOKENS)

@@ -181,6 +181,13 @@ def test_a_processor_that_does_not_import_is_a_usage_error(
     assert "boosts has no Boost" in err
 
 
+def test_a_folder_without_a_tokenizer_is_refused_before_loading(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # never read: refused first
+    status, _, err = run(capsys, "generate", "x", "--model", str(tmp_path))
+    assert status == 2
+    assert "has no tokenizer.json" in err
+
+
 def test_missing_model_folder_names_the_path(capsys, tmp_path):
     missing = str(tmp_path / "no_such_model")
     status, _, err = run(capsys, "generate", "x", "--model", missing)

@@ -25,6 +25,7 @@ from keras_gen.generation.generation_config import GENERATION_CONFIG_FILE
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.models import architectures
 from keras_gen.tokenizers.tokenizer import Tokenizer
+from keras_gen.utils import progress
 from keras_gen.utils.files import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -245,8 +246,10 @@ class WeightReader:
         variable.assign(np.asarray(array).astype(target, copy=False))
 
     def load_all(self, weight_map):
-        """Load every `(name, variable, transpose)` of a converter's map."""
-        for name, variable, transpose in weight_map:
+        """Load every `(name, variable, transpose)` of a converter's map,
+        showing the progress (`keras_gen.utils.progress`)."""
+        description = f"Loading {os.path.basename(os.path.normpath(self.path))}"
+        for name, variable, transpose in progress.track(weight_map, description):
             self.load(variable, name, transpose)
 
 

@@ -63,12 +63,14 @@ class GenerationRequest:
     at their length limit ("length").
     """
 
-    def __init__(self, lm, inputs, config, sampler, processors, seed=None):
+    def __init__(self, lm, inputs, config, sampler, processors, seed=None, chat=None):
         self.tokenizer = lm.tokenizer
         backbone = lm.backbone
         self.outputs = config.outputs
         self.top_logprobs = config.top_logprobs
-        prompts = self._read_prompts(inputs, config, sampler, backbone.vocabulary_size)
+        prompts = self._read_prompts(
+            inputs, config, sampler, backbone.vocabulary_size, chat
+        )
         limit = backbone.max_sequence_length
         self.ends = prompts_lib.row_ends(
             prompts, config.max_length, config.max_new_tokens, self.width, limit
@@ -90,9 +92,17 @@ class GenerationRequest:
                 "constraint with `StructuredOutput([...])` instead of several "
                 "processors."
             )
+        stop_strings = config.stop_strings
+        if self.form in (prompts_lib.CHAT, prompts_lib.CHATS):
+            # A template without an end token (the default one) ends a reply
+            # where the next turn would start.
+            stop_strings = (
+                *(stop_strings or ()),
+                *self.tokenizer.chat_template.stop_strings,
+            )
         self.stop_conditions = StopConditions(
             config.stop_sequences,
-            config.stop_strings,
+            stop_strings or None,
             self.tokenizer,
             backbone.vocabulary_size,
         )
@@ -137,11 +147,11 @@ class GenerationRequest:
             **self.stop_conditions.program_inputs(),
         }
 
-    def _read_prompts(self, inputs, config, sampler, vocabulary_size):
+    def _read_prompts(self, inputs, config, sampler, vocabulary_size, chat):
         """The program's prompts; sets the input's form and width, and the
         output rows per prompt."""
         prompts, self.form, self.width = prompts_lib.read_prompts(
-            inputs, self.tokenizer
+            inputs, self.tokenizer, chat
         )
         prompts_lib.check_prompts(prompts, vocabulary_size)
         n = config.num_return_sequences or 1
@@ -265,9 +275,12 @@ class GenerationRequest:
         """The final record in the form of the input (list, dict or text).
 
         With `n` sequences per prompt (beam search), each prompt's answer
-        is a list of `n`, best first; a dict answer stays flat.
+        is a list of `n`, best first; a dict answer stays flat. A
+        conversation's answer is the reply's text.
         """
-        if self.form in (prompts_lib.TEXT, prompts_lib.TEXTS):
+        if self.form in (prompts_lib.CHAT, prompts_lib.CHATS):
+            rows = record.text
+        elif self.form in (prompts_lib.TEXT, prompts_lib.TEXTS):
             rows = record.text
             if not strip_prompt:
                 rows = [

@@ -7,11 +7,15 @@ and after the compiled program, never inside it.
 
 import numpy as np
 
+from keras_gen.tokenizers import chat_template
+
 SINGLE = "single"  # one list of ids in, one list out
 BATCH = "batch"  # a list of lists in, a list of lists out
 DICT = "dict"  # keras-hub's {"token_ids", "padding_mask"} in and out
 TEXT = "text"  # one string in, one string out
 TEXTS = "texts"  # a list of strings in, a list of strings out
+CHAT = "chat"  # one conversation (message dicts) in, the reply's text out
+CHATS = "chats"  # a list of conversations in, a list of replies out
 
 
 def _is_int(value):
@@ -27,11 +31,34 @@ def _ids(row, where):
     return [int(t) for t in row]
 
 
-def read_prompts(inputs, tokenizer=None):
+def read_prompts(inputs, tokenizer=None, chat=None):
     """`(prompts, form, width)`: a list of token id lists and the input form.
 
     `width` is the width of a dict input's buffer (else `None`).
+    Conversations are rendered with the tokenizer's chat template, with
+    the generation prompt and `chat`'s arguments (`tools`, template
+    keywords).
     """
+    chat = {key: value for key, value in (chat or {}).items() if value is not None}
+    conversation = chat_template.is_conversation(inputs)
+    if conversation or chat_template.is_conversations(inputs):
+        if tokenizer is None:
+            raise ValueError(
+                "Chat `inputs` (lists of messages) need a tokenizer with a "
+                "chat template, and this model has none."
+            )
+        conversations = [inputs] if conversation else list(inputs)
+        prompts = [
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, **chat)
+            for messages in conversations
+        ]
+        return prompts, CHAT if conversation else CHATS, None
+    if chat:
+        raise ValueError(
+            f"{' and '.join(f'`{key}`' for key in chat)} apply to chat `inputs` "
+            "(a list of message dicts, or a list of such lists). Received "
+            f"inputs: {inputs!r:.200}"
+        )
     if isinstance(inputs, str) or (
         isinstance(inputs, (list, tuple))
         and inputs
@@ -152,7 +179,7 @@ def pack(prompts, width):
 
 def plural(form):
     """The form that answers each prompt of `form` with a list entry."""
-    return {SINGLE: BATCH, TEXT: TEXTS}.get(form, form)
+    return {SINGLE: BATCH, TEXT: TEXTS, CHAT: CHATS}.get(form, form)
 
 
 def per_prompt(values, form, n):
@@ -170,4 +197,4 @@ def per_prompt(values, form, n):
     groups = [
         values[i : i + n] if n > 1 else values[i] for i in range(0, len(values), n)
     ]
-    return groups[0] if form in (SINGLE, TEXT) else groups
+    return groups[0] if form in (SINGLE, TEXT, CHAT) else groups

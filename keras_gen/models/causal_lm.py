@@ -491,6 +491,8 @@ class CausalLM(keras.Model):
         return_dict=False,
         streamer=None,
         stream_chunk_size=None,
+        tools=None,
+        chat_template_kwargs=None,
         **options,
     ):
         """Generate text or token ids from one prompt or a batch.
@@ -504,8 +506,11 @@ class CausalLM(keras.Model):
         Args:
             inputs: one prompt or a batch: a list of token ids, a list of
                 such lists (ragged), a `{"token_ids", "padding_mask"}` dict
-                of arrays, or, with a tokenizer, a string or list of strings.
-                The output has the form of the input.
+                of arrays, or, with a tokenizer, a string or list of strings,
+                or a conversation (a list of message dicts, rendered with the
+                tokenizer's chat template and its generation prompt) or a
+                list of them. The output has the form of the input; a
+                conversation's is the reply's text.
             generation_config: a `keras_gen.GenerationConfig` (or a dict of
                 options) for this call.
             sampler: a `keras_gen.samplers.Sampler` (or name) for this call,
@@ -523,6 +528,10 @@ class CausalLM(keras.Model):
             streamer: a `keras_gen.streaming.BaseStreamer`; it gets each
                 chunk as it is produced.
             stream_chunk_size: int, steps per chunk when streaming.
+            tools: for chat `inputs`: a list of tool JSON schemas for the
+                chat template (OpenAI's `{"type": "function", ...}`).
+            chat_template_kwargs: for chat `inputs`: a dict of more
+                template variables, such as `{"enable_thinking": False}`.
             **options: `GenerationConfig` fields for this call, such as
                 `max_new_tokens`, `temperature`, `top_k`, `seed`,
                 `stop_strings` or `output_log_probs`. `stop_token_ids=None`
@@ -533,8 +542,9 @@ class CausalLM(keras.Model):
         [[1, 2, 3, 9, 9, 9, 9], [4, 5, 7, 7, 7, 7]]
         >>> lm.generate("The sky", do_sample=True, top_p=0.9, seed=0)  # doctest: +SKIP
         """
+        chat = {"tools": tools, **(chat_template_kwargs or {})}
         request, sampler, config = self._prepare(
-            inputs, generation_config, options, sampler, processors, draft_model
+            inputs, generation_config, options, sampler, processors, draft_model, chat
         )
         if streamer is not None or config.max_time is not None:
             chunks = self._stream(
@@ -561,11 +571,14 @@ class CausalLM(keras.Model):
         processors=None,
         draft_model=None,
         stream_chunk_size=None,
+        tools=None,
+        chat_template_kwargs=None,
         **options,
     ):
         """Generate step by step: an iterator of `GenerationOutput` chunks.
 
-        Takes the arguments of `generate`. Each chunk holds, per row, the
+        Takes the arguments of `generate` (a conversation's chunks hold the
+        reply's text). Each chunk holds, per row, the
         tokens (and text, and requested per-step outputs) produced since the
         previous chunk and the finish reason of rows that ended. The chunks
         join (`GenerationOutput.join`) into what `generate(...,
@@ -575,17 +588,22 @@ class CausalLM(keras.Model):
         >>> for chunk in lm.stream([1, 2, 3], max_new_tokens=8):  # doctest: +SKIP
         ...     print(chunk.token_ids[0])
         """
+        chat = {"tools": tools, **(chat_template_kwargs or {})}
         request, sampler, config = self._prepare(
-            inputs, generation_config, options, sampler, processors, draft_model
+            inputs, generation_config, options, sampler, processors, draft_model, chat
         )
         return self._stream(request, None, config.max_time, stream_chunk_size, sampler)
 
-    def _prepare(self, inputs, generation_config, options, sampler, processors, draft):
+    def _prepare(
+        self, inputs, generation_config, options, sampler, processors, draft, chat
+    ):
         """The host-side request, sampler and options of one call."""
         config, sampler, processors, seed = self._resolve(
             generation_config, options, sampler, processors, draft
         )
-        request = GenerationRequest(self, inputs, config, sampler, processors, seed)
+        request = GenerationRequest(
+            self, inputs, config, sampler, processors, seed, chat
+        )
         return request, sampler, config
 
     def _resolve(

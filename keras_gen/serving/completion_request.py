@@ -106,7 +106,7 @@ class CompletionRequest:
         kind: `"completion"` or `"chat"`.
         model: the served model's context: needs `name`, `tokenizer`,
             `vocabulary_size`, `context_length` (prompt plus completion),
-            `chat_template`, `max_batch_size` (the most `n`),
+            `max_batch_size` (the most `n`),
             `end_token_ids` and `processors` (the engine's registered ones).
     """
 
@@ -195,11 +195,10 @@ class CompletionRequest:
                         param=f"messages[{i}]",
                     )
             try:
-                text = model.chat_template.render(messages)
-            except Exception as error:  # jinja2's errors and the template's own
-                raise APIError(f"The chat template failed: {error}", param="messages")
-            self.prompts = [model.tokenizer.encode(text)]
-            yield from model.chat_template.stop_strings
+                self.prompts = [model.tokenizer.apply_chat_template(messages)]
+            except (TypeError, ValueError) as error:  # the template's own errors
+                raise APIError(str(error), param="messages") from None
+            yield from model.tokenizer.chat_template.stop_strings
             return
         prompt = body.get("prompt")
         if prompt is None:

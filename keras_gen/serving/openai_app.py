@@ -28,7 +28,6 @@ from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
-from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.utils.ticker import Ticker
 
 MAX_BODY_BYTES = 1 << 20
@@ -645,7 +644,6 @@ def create_app(
         tokenizer=lm.tokenizer,
         vocabulary_size=lm.backbone.vocabulary_size,
         context_length=engine.max_length,
-        chat_template=ChatTemplate.from_tokenizer(lm.tokenizer),
         max_batch_size=engine.num_slots,
         end_token_ids=(
             lm.generation_config.eos_token_id or lm.tokenizer.eos_token_ids or []

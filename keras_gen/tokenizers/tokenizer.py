@@ -9,6 +9,7 @@ import re
 import tokenizers
 
 from keras_gen.tokenizers.chat_template import ChatTemplate
+from keras_gen.tokenizers.chat_template import is_conversations
 from keras_gen.utils.files import read_json_object
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -161,6 +162,67 @@ class Tokenizer:
             )
             ChatTemplate.from_tokenizer(loaded, origin=os.path.join(path, file))
         return loaded
+
+    @functools.cached_property
+    def chat_template(self):
+        """The `keras_gen.tokenizers.ChatTemplate` of `config` (the
+        default `User:` / `Assistant:` lines when it has none)."""
+        return ChatTemplate.from_tokenizer(self)
+
+    def apply_chat_template(
+        self,
+        messages,
+        add_generation_prompt=True,
+        tokenize=True,
+        tools=None,
+        documents=None,
+        **template_kwargs,
+    ):
+        """A conversation (or a batch of them) as the model's prompt.
+
+        Renders the model's chat template as transformers'
+        `apply_chat_template` does and encodes the text without adding
+        special tokens (the template writes them: no doubled BOS), so text
+        and ids equal transformers'. Unlike transformers, the generation
+        prompt is added by default: the result is ready for `generate`.
+
+        Args:
+            messages: a list of message dicts (`{"role": "user", "content":
+                "Hi"}`, with `tool_calls` or a `tool` role where the template
+                reads them), or a list of such lists.
+            add_generation_prompt: bool, end with the start of the
+                assistant's turn.
+            tokenize: bool; `False` returns the text.
+            tools: `None` or a list of tool JSON schemas (OpenAI's
+                `{"type": "function", "function": {...}}`).
+            documents: `None` or a list of dicts, for templates that read them.
+            **template_kwargs: more template variables (`enable_thinking=False`).
+
+        Returns:
+            A list of token ids (or the text); a list of them for a batch.
+
+        Examples:
+        >>> import keras_gen
+        >>> tokenizer = keras_gen.CausalLM.from_preset("demo").tokenizer
+        >>> tokenizer.apply_chat_template(
+        ...     [{"role": "user", "content": "Hi"}], tokenize=False)
+        'User: Hi\\nAssistant:'
+        """
+        batch = is_conversations(messages)
+        conversations = messages if batch else [messages]
+        results = []
+        for conversation in conversations:
+            text = self.chat_template.render(
+                conversation,
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+                documents=documents,
+                **template_kwargs,
+            )
+            results.append(
+                self.encode(text, add_special_tokens=False) if tokenize else text
+            )
+        return results if batch else results[0]
 
     @property
     def vocabulary_size(self):

@@ -3,7 +3,6 @@ import types
 import pytest
 
 from keras_gen.serving import APIError
-from keras_gen.serving import ChatTemplate
 from keras_gen.serving import CompletionRequest
 from tests.text_models import tiny_tokenizer
 
@@ -18,7 +17,6 @@ def served():
         tokenizer=tokenizer,
         vocabulary_size=tokenizer.vocabulary_size,
         context_length=64,
-        chat_template=ChatTemplate(),
         max_batch_size=4,
         end_token_ids=[0],
         processors={},

@@ -1,0 +1,117 @@
+"""`CausalLM.generate` and `stream` on conversations."""
+
+import pytest
+
+import keras_gen
+from keras_gen.streaming import GenerationOutput
+from keras_gen.tokenizers import Tokenizer
+from tests.tokenizers import family_templates
+
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+TURNS = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "What is the weather today?"},
+]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def chat_lm(kind, folder):
+    tokenizer = Tokenizer.from_pretrained(family_templates.folder(kind, folder))
+    backbone = keras_gen.models.GPT2Backbone(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=256,
+    )
+    return keras_gen.models.GPT2CausalLM(backbone, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def llama3_lm(tmp_path_factory):
+    return chat_lm("llama3", tmp_path_factory.mktemp("llama3"))
+
+
+def test_a_conversation_answers_with_the_reply(llama3_lm):
+    lm = llama3_lm
+    ids = lm.tokenizer.apply_chat_template(QUESTION)
+    assert ids.count(lm.tokenizer.bos_token_id) == 1  # the template's only
+    reply = lm.generate(QUESTION, max_new_tokens=8, stop_token_ids=None)
+    record = lm.generate(ids, max_new_tokens=8, stop_token_ids=None, return_dict=True)
+    assert isinstance(reply, str)
+    assert reply == record.text[0]
+    same = lm.generate(
+        QUESTION, max_new_tokens=8, stop_token_ids=None, return_dict=True
+    )
+    assert same.sequences[0] == record.sequences[0]  # the prompt is the template's
+
+
+def test_a_batch_of_conversations_and_its_stream(llama3_lm):
+    lm = llama3_lm
+    batch = [QUESTION, TURNS]
+    options = dict(max_new_tokens=8, stop_token_ids=None)
+    replies = lm.generate(batch, **options)  # greedy: each row as alone
+    assert replies == [lm.generate(QUESTION, **options), lm.generate(TURNS, **options)]
+    sampled = dict(options, do_sample=True, seed=3)
+    joined = GenerationOutput.join(list(lm.stream(batch, **sampled)))
+    assert joined.text == lm.generate(batch, **sampled)
+    two = lm.generate(batch, num_return_sequences=2, **sampled)
+    assert [len(answers) for answers in two] == [2, 2]
+    assert all(isinstance(answer, str) for answers in two for answer in answers)
+
+
+def test_tools_and_template_keywords_reach_the_template(tmp_path):
+    lm = chat_lm("qwen", tmp_path)
+    for arguments in (
+        {"tools": [WEATHER]},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+    ):
+        record = lm.generate(
+            QUESTION,
+            max_new_tokens=2,
+            stop_token_ids=None,
+            return_dict=True,
+            **arguments,
+        )
+        keywords = arguments.get("chat_template_kwargs", {})
+        ids = lm.tokenizer.apply_chat_template(
+            QUESTION, tools=arguments.get("tools"), **keywords
+        )
+        assert record.sequences[0][: len(ids)] == ids
+        assert ids != lm.tokenizer.apply_chat_template(QUESTION)
+
+
+def test_the_default_template_stops_at_the_next_turn():
+    lm = keras_gen.CausalLM.from_preset("demo")
+    reply = lm.generate(QUESTION, max_new_tokens=64, seed=0)
+    assert "\nUser:" not in reply
+    assert (
+        lm.generate(QUESTION, max_new_tokens=64, seed=0, stop_strings=["the"])
+        == reply.split("the")[0]
+    )
+
+
+def test_chat_arguments_need_a_conversation(llama3_lm):
+    with pytest.raises(ValueError, match="`tools` apply to chat `inputs`"):
+        llama3_lm.generate("Hi", max_new_tokens=2, tools=[WEATHER])
+    with pytest.raises(
+        ValueError, match="`tools` and `enable_thinking` apply to chat `inputs`"
+    ):
+        llama3_lm.generate(
+            [1, 2],
+            max_new_tokens=2,
+            tools=[WEATHER],
+            chat_template_kwargs={"enable_thinking": False},
+        )
+    no_tokenizer = keras_gen.models.GPT2CausalLM(llama3_lm.backbone)
+    with pytest.raises(ValueError, match="need a tokenizer with a chat template"):
+        no_tokenizer.generate(QUESTION, max_new_tokens=2)

@@ -26,6 +26,7 @@ _SUBMODULES = (
 )
 _EXPORTS = {
     "GenerationConfig": "keras_gen.generation.generation_config",
+    "ChatSession": "keras_gen.generation.chat_session",
     "CausalLM": "keras_gen.models",
     "GPT2Backbone": "keras_gen.models",
     "GPT2CausalLM": "keras_gen.models",

@@ -2,6 +2,7 @@
 
     keras-gen generate "The for statement"            # the bundled demo model
     keras-gen generate - --model path/to/model < prompt.txt
+    keras-gen chat --system "Be brief."
     keras-gen serve --model demo --port 8000
     keras-gen bench
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from keras_gen.generation.chat_session import DEFAULT_REPLY_TOKENS
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.utils import backend_choice
 from keras_gen.utils.ticker import Ticker
@@ -187,6 +189,34 @@ def _add_common(parser):
     )
 
 
+def _add_generation_flags(parser, new_tokens=f"else {DEFAULT_MAX_NEW_TOKENS}"):
+    """`--sampler`, a flag per generation option, and `--stop`;
+    `new_tokens` says what `--max-new-tokens` defaults to."""
+    parser.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=None,
+        help="greedy, sample (random, top_k, top_p and min_p sample too), "
+        "beam or contrastive (default: the model's generation_config.json, "
+        "else greedy)",
+    )
+    for name, kind in FLAG_OPTIONS.items():
+        default = f", {new_tokens}" if name == "max_new_tokens" else ""
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_number(kind),
+            help=f"{OPTIONS[name]['help']} (default: the model's "
+            f"generation_config.json{default})",
+        )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="STRING",
+        help="stop once the text contains STRING (repeat the flag for several)",
+    )
+
+
 def _add_generate(commands):
     """The `generate` command and its flags."""
     generate = commands.add_parser(
@@ -196,29 +226,7 @@ def _add_generate(commands):
     )
     generate.add_argument("prompt", help="the prompt; '-' reads it from stdin")
     _add_common(generate)
-    generate.add_argument(
-        "--sampler",
-        choices=SAMPLERS,
-        default=None,
-        help="greedy, sample (random, top_k, top_p and min_p sample too), "
-        "beam or contrastive (default: the model's generation_config.json, "
-        "else greedy)",
-    )
-    for name, kind in FLAG_OPTIONS.items():
-        default = f", else {DEFAULT_MAX_NEW_TOKENS}" if name == "max_new_tokens" else ""
-        generate.add_argument(
-            "--" + name.replace("_", "-"),
-            type=_number(kind),
-            help=f"{OPTIONS[name]['help']} (default: the model's "
-            f"generation_config.json{default})",
-        )
-    generate.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="STRING",
-        help="stop once the text contains STRING (repeat the flag for several)",
-    )
+    _add_generation_flags(generate)
     structured = generate.add_mutually_exclusive_group()
     structured.add_argument(
         "--json-schema",
@@ -241,6 +249,28 @@ def _add_generate(commands):
         "--json",
         action="store_true",
         help="print one JSON object: text, tokens, finish reason, timing",
+    )
+
+
+def _add_chat(commands):
+    """The `chat` command and its flags."""
+    chat = commands.add_parser(
+        "chat",
+        help="chat with a model in the terminal",
+        description="Chat with a model: each line you type is a message, the "
+        "reply streams back, and the conversation is kept (the oldest turns "
+        "are dropped when it outgrows the context). Type /clear to start "
+        "over, /exit (or Ctrl-D) to leave. On a pipe, each line of stdin is "
+        "a message and only the replies are printed, one per line.",
+    )
+    _add_common(chat)
+    _add_generation_flags(
+        chat, new_tokens=f"else up to {DEFAULT_REPLY_TOKENS}, as the context allows"
+    )
+    system = chat.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="TEXT", help="the system message")
+    system.add_argument(
+        "--system-file", metavar="FILE", help="read the system message from FILE"
     )
 
 
@@ -334,11 +364,14 @@ def build_parser():
     )
     parser.add_argument("--backend", choices=BACKENDS, default=None, help=BACKEND_HELP)
     commands = parser.add_subparsers(
-        dest="command", metavar="{generate,serve,bench}", parser_class=ArgumentParser
+        dest="command",
+        metavar="{generate,chat,serve,bench}",
+        parser_class=ArgumentParser,
     )
     commands.required = True
 
     _add_generate(commands)
+    _add_chat(commands)
     _add_serve(commands)
     _add_bench(commands)
     return parser
@@ -478,16 +511,16 @@ def generation_options(args):
 def _response_format(args):
     """`(flag, response_format)` of `--json-schema`, `--regex` or
     `--choice`; `(None, None)` without them."""
-    if args.json_schema is not None:
+    if getattr(args, "json_schema", None) is not None:
         try:
             with open(args.json_schema, encoding="utf-8") as f:
                 schema = json.load(f)
         except (OSError, ValueError) as error:
             raise UsageError(f"--json-schema {args.json_schema}: {error}") from None
         return "--json-schema", {"json": schema}
-    if args.regex is not None:
+    if getattr(args, "regex", None) is not None:
         return "--regex", {"regex": args.regex}
-    if args.choice is not None:
+    if getattr(args, "choice", None) is not None:
         return "--choice", {"choice": args.choice}
     return None, None
 
@@ -532,15 +565,19 @@ def read_prompt(prompt):
     return prompt
 
 
+def _check_tokenizer(model):
+    """Before the weights load: the commands take and print text."""
+    if os.path.isdir(model) and not os.path.isfile(
+        os.path.join(model, "tokenizer.json")
+    ):
+        raise UsageError(f"--model {model!r} has no tokenizer.json")
+
+
 def run_generate(args):
     prompt = read_prompt(args.prompt)
     options = generation_options(args)
     started = time.perf_counter()
-    # Checked before the weights load: the command takes and prints text.
-    if os.path.isdir(args.model) and not os.path.isfile(
-        os.path.join(args.model, "tokenizer.json")
-    ):
-        raise UsageError(f"--model {args.model!r} has no tokenizer.json")
+    _check_tokenizer(args.model)
     lm = load_model(args.model, args.dtype, args.lora)
     config = lm.generation_config.merge(options)
     if config.max_new_tokens is None and config.max_length is None:
@@ -598,14 +635,31 @@ def _generate(lm, prompt, options, args, timing):
         if not args.json:
             sys.stdout.write(echoed + record.text[0] + "\n")
         return record
-    # The text goes out once the progress line is gone: after the second
-    # chunk of tokens (torch compiles its loop step after the prompt's
-    # first token), or at the end.
-    shown, held, chunks, with_tokens = not args.json, [echoed], [], 0
+    chunks, first_token = _print_stream(
+        lm.stream(prompt, options), ticker, echoed, not args.json
+    )
+    if first_token is not None:
+        timing["first_token_seconds"] = first_token
+    timing["generate_seconds"] = time.perf_counter() - started
+    return GenerationOutput.join(chunks)
+
+
+def _print_stream(stream, ticker, echoed="", shown=True):
+    """Print a stream's text on stdout as it comes (after `echoed`), with
+    `ticker` counting the wait until then; `(chunks, seconds to the first
+    token or None)`.
+
+    The text goes out once the progress line is gone: after the second
+    chunk of tokens (torch compiles its loop step after the prompt's first
+    token), or at the end.
+    """
+    started = time.perf_counter()
+    held, chunks, with_tokens, first_token = [echoed], [], 0, None
     with ticker:
-        for chunk in lm.stream(prompt, options):
+        for chunk in stream:
             if chunk.token_ids[0]:
-                timing.setdefault("first_token_seconds", time.perf_counter() - started)
+                if first_token is None:
+                    first_token = time.perf_counter() - started
                 with_tokens += 1
             chunks.append(chunk)
             held.append(chunk.text[0])
@@ -617,8 +671,8 @@ def _generate(lm, prompt, options, args, timing):
                 held = []
     if shown:
         sys.stdout.write("".join(held) + "\n")
-    timing["generate_seconds"] = time.perf_counter() - started
-    return GenerationOutput.join(chunks)
+        sys.stdout.flush()
+    return chunks, first_token
 
 
 def _waiting_for():
@@ -637,6 +691,71 @@ def _waiting_for():
         return f"compiling the program (or loading it from {cache})"
 
     return describe
+
+
+def _system_message(args):
+    if args.system_file is None:
+        return args.system
+    try:
+        with open(args.system_file, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--system-file {args.system_file}: {error}") from None
+
+
+CHAT_COMMANDS = "/clear starts over, /exit (or Ctrl-D) leaves"
+
+
+def run_chat(args):
+    from keras_gen.generation.chat_session import ChatSession
+
+    options = generation_options(args)
+    system = _system_message(args)
+    _check_tokenizer(args.model)
+    lm = load_model(args.model, args.dtype, args.lora)
+    try:
+        session = ChatSession(lm, system=system, generation_config=options)
+    except (TypeError, ValueError) as error:
+        raise UsageError(_first_line(error)) from None
+    terminal = sys.stdin.isatty()
+    if terminal:
+        try:
+            import readline  # noqa: F401 (line editing and history for input())
+        except ImportError:
+            pass
+        say(f"chatting with {args.model}: {CHAT_COMMANDS}")
+    failed = False
+    while True:
+        try:
+            line = input("> " if terminal else "").strip()
+        except EOFError:
+            return 1 if failed else 0
+        if line in ("/exit", "/quit"):
+            return 1 if failed else 0
+        if line == "/clear":
+            session.clear()
+            say("the conversation starts over")
+            continue
+        if line.startswith("/"):
+            say(f"unknown command {line.split()[0]}: {CHAT_COMMANDS}")
+            continue
+        if not line:
+            continue
+        dropped = session.dropped
+        try:
+            _print_stream(session.stream(line), Ticker(_waiting_for()))
+        except (TypeError, ValueError) as error:
+            say(f"error: {_first_line(error)}")
+            failed = True
+        except KeyboardInterrupt:  # ends this reply, not the chat
+            sys.stdout.write("\n")
+            if not terminal:
+                raise
+        if session.dropped > dropped:
+            say(
+                f"the oldest {session.dropped - dropped} messages were dropped "
+                "to fit the model's context"
+            )
 
 
 def _backend():
@@ -694,7 +813,12 @@ def run_bench(args):
     return subprocess.call([sys.executable, script, *extra], env=dict(os.environ))
 
 
-COMMANDS = {"generate": run_generate, "serve": run_serve, "bench": run_bench}
+COMMANDS = {
+    "generate": run_generate,
+    "chat": run_chat,
+    "serve": run_serve,
+    "bench": run_bench,
+}
 
 
 def main(argv=None):

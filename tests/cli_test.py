@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+import keras_gen
 from keras_gen import cli
 from tests.text_models import save_tiny_text_model
 
@@ -594,3 +596,90 @@ def test_tensorflow_start_up_logs_are_quiet():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "oneDNN" not in result.stderr and "absl" not in result.stderr
     assert result.stderr.startswith("keras-gen: loaded demo on tensorflow")
+
+
+CHAT_OPTIONS = dict(max_new_tokens=10, seed=0)
+
+
+def chat_replies(messages, system=None):
+    from keras_gen.generation.chat_session import ChatSession
+
+    session = ChatSession(
+        keras_gen.CausalLM.from_preset("demo"), system=system, **CHAT_OPTIONS
+    )
+    return [session.send(message) for message in messages]
+
+
+def test_chat_on_a_pipe_prints_one_reply_per_line(capsys, monkeypatch, tmp_path):
+    system = tmp_path / "system.txt"
+    system.write_text("Be brief.")
+    monkeypatch.setattr(
+        "sys.stdin", io.StringIO("What is a class?\n\n/clear\nHi\nAnd then?\n")
+    )
+    status, out, err = run(
+        capsys, "chat", "--max-new-tokens", "10", "--seed", "0",
+        "--system-file", str(system),
+    )  # fmt: skip
+    assert status == 0, err
+    first = chat_replies(["What is a class?"], "Be brief.")
+    rest = chat_replies(["Hi", "And then?"], "Be brief.")  # after /clear
+    assert out == "".join(reply + "\n" for reply in first + rest)
+    assert "the conversation starts over" in err
+
+
+def test_chat_names_bad_input(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("/help\n" + "word " * 300 + "\n"))
+    status, out, err = run(capsys, "chat", "--max-new-tokens", "10")
+    assert status == 1  # a message failed; the chat went on to the end
+    assert "unknown command /help: /clear starts over" in err
+    assert "error: The message takes" in err
+    status, _, err = run(capsys, "chat", "--system-file", "/no/such/file")
+    assert status == 2 and "--system-file /no/such/file" in err
+
+
+@pytest.mark.only_backend("jax")
+def test_chat_in_a_terminal():
+    # Through a pseudo-terminal: the banner, a prompt, a streamed reply that
+    # equals the session's, /clear and /exit.
+    import pty
+
+    argv = [sys.executable, "-m", "keras_gen", "--backend", "jax", "chat"]
+    argv += ["--max-new-tokens", "10", "--seed", "0", "--system", "Be brief."]
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        argv,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        cwd=ROOT,
+    )
+    os.close(secondary)
+    shown = b""
+
+    def read_until(marker, start):
+        nonlocal shown
+        deadline = time.monotonic() + 120
+        while marker not in shown[start:]:
+            assert time.monotonic() < deadline, shown.decode()[-2000:]
+            ready, _, _ = select.select([primary], [], [], 1)
+            if ready:
+                shown += os.read(primary, 4096)
+        return shown.index(marker, start) + len(marker)
+
+    try:
+        at = read_until(b"/exit (or Ctrl-D) leaves", 0)
+        at = read_until(b"> ", at)
+        os.write(primary, b"What is a class?\n")
+        end = read_until(b"\n> ", at)
+        os.write(primary, b"/clear\n")
+        read_until(b"the conversation starts over", end)
+        os.write(primary, b"/exit\n")
+        process.wait(60)
+    finally:
+        process.kill() if process.poll() is None else None
+        os.close(primary)
+    assert process.returncode == 0
+    (reply,) = chat_replies(["What is a class?"], "Be brief.")
+    answer = shown[at:end].decode().replace("\r\n", "\n")
+    assert answer.split("What is a class?\n", 1)[1].endswith(reply + "\n> ")

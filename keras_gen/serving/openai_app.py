@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API: a FastAPI app and `serve`.
 
 Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`,
-`GET /v1/models`, `GET /health`, `GET /metrics`. Requests are validated by
+`GET /v1/models`, `GET /health`, `GET /metrics`, and vLLM's
+`POST /tokenize` and `POST /detokenize`. Requests are validated by
 `CompletionRequest`, run by one continuous-batching `Engine` (every request
 joins the running batch) and answered as JSON or, with `"stream": true`, as
 server-sent events ending with `data: [DONE]`.
@@ -28,6 +29,7 @@ from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
+from keras_gen.serving.tokenize_request import TokenizeRequest
 from keras_gen.utils.ticker import Ticker
 
 MAX_BODY_BYTES = 1 << 20
@@ -334,8 +336,8 @@ class _Preparation:
         self.running = 0  # read and written on the event loop only
 
     async def run(self, work):
-        """`work()`'s result, a `(request, handles)` pair, computed on a
-        preparation thread."""
+        """`work()`'s result (a `(request, handles)` pair, or a tokenization's
+        answer), computed on a preparation thread."""
         if self.running >= MAX_PREPARING:
             raise APIError(
                 f"{MAX_PREPARING} requests are being prepared; try again.",
@@ -508,7 +510,7 @@ class _ServerErrors:
 
 
 def _add_routes(app, engine, served, started, max_body_bytes, preparation):
-    """The five endpoints."""
+    """The endpoints."""
     import keras
 
     model_name = served.name
@@ -567,6 +569,20 @@ def _add_routes(app, engine, served, started, max_body_bytes, preparation):
     @app.post("/v1/chat/completions")
     async def chat_completions(request: fastapi.Request):
         return await generate(request, "chat")
+
+    async def tokenization(request, kind):
+        body = await _read_json(request, max_body_bytes)
+        return await preparation.run(
+            lambda: TokenizeRequest(body, kind, served).answer()
+        )
+
+    @app.post("/tokenize")
+    async def tokenize(request: fastapi.Request):
+        return await tokenization(request, "tokenize")
+
+    @app.post("/detokenize")
+    async def detokenize(request: fastapi.Request):
+        return await tokenization(request, "detokenize")
 
 
 def server_defaults(lm):

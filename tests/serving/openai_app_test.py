@@ -162,6 +162,43 @@ def test_chat_completion_uses_the_template(server):
     assert streamed == text
 
 
+def test_tokenize_and_detokenize(server):
+    client, lm, _ = server
+    messages = [{"role": "user", "content": "What is a class?"}]
+    answer = client.post("/tokenize", json={"prompt": "The for statement"}).json()
+    ids = lm.tokenizer.encode("The for statement")
+    assert answer == {
+        "count": len(ids),
+        "max_model_len": lm.backbone.max_sequence_length,
+        "tokens": ids,
+    }
+    chat = client.post(
+        "/tokenize",
+        json={"model": MODEL, "messages": messages, "return_token_strs": True},
+    ).json()
+    assert chat["tokens"] == lm.tokenizer.apply_chat_template(messages)
+    assert chat["token_strs"] == [lm.tokenizer.id_to_token(t) for t in chat["tokens"]]
+    back = client.post("/detokenize", json={"tokens": ids}).json()
+    assert back == {"prompt": "The for statement"}
+    for path, body, param in (
+        ("/tokenize", {}, "prompt"),
+        ("/tokenize", {"messages": [{"content": "no role"}]}, "messages"),
+        (
+            "/tokenize",
+            {"prompt": "x", "add_special_tokens": "yes"},
+            "add_special_tokens",
+        ),
+        ("/detokenize", {"tokens": [1, -1]}, "tokens"),
+        ("/detokenize", {"tokens": "1 2"}, "tokens"),
+        ("/detokenize", {}, "tokens"),
+    ):
+        response = client.post(path, json=body)
+        assert response.status_code == 400, (path, body)
+        assert response.json()["error"]["param"] == param
+    response = client.post("/tokenize", json={"model": "other", "prompt": "x"})
+    assert response.status_code == 404
+
+
 SCHEMA = {
     "type": "object",
     "properties": {

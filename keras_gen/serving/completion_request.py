@@ -4,6 +4,7 @@ from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
+from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
 
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 5
@@ -172,7 +173,9 @@ class CompletionRequest:
         self.processors = self._read_processors(body, model.processors)
 
     def _read_prompts(self, body, model):
-        """Sets `self.prompts` (token id lists); yields template stop strings."""
+        """Sets `self.prompts` (token id lists) and `self.thinking`; yields
+        template stop strings."""
+        self.thinking = None
         if self.kind == "chat":
             messages = body.get("messages")
             if messages is None:
@@ -194,11 +197,25 @@ class CompletionRequest:
                         f"with a 'role' in {list(ROLES)} and a string 'content'.",
                         param=f"messages[{i}]",
                     )
+            keywords = _field(
+                body,
+                "chat_template_kwargs",
+                lambda v: isinstance(v, dict),
+                "an object",
+                {},
+            )
             try:
-                self.prompts = [model.tokenizer.apply_chat_template(messages)]
+                text = model.tokenizer.apply_chat_template(
+                    messages, tokenize=False, **keywords
+                )
             except (TypeError, ValueError) as error:  # the template's own errors
                 raise APIError(str(error), param="messages") from None
-            yield from model.tokenizer.chat_template.stop_strings
+            self.prompts = [model.tokenizer.encode(text, add_special_tokens=False)]
+            template = model.tokenizer.chat_template
+            splitter = ReasoningSplitter.for_prompt(template.source, text)
+            # Templates that think: whether a reply starts inside the tags.
+            self.thinking = None if splitter is None else splitter.state == "thinking"
+            yield from template.stop_strings
             return
         prompt = body.get("prompt")
         if prompt is None:

@@ -30,6 +30,7 @@ from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
 from keras_gen.serving.tokenize_request import TokenizeRequest
+from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
 from keras_gen.utils.ticker import Ticker
 
 MAX_BODY_BYTES = 1 << 20
@@ -130,6 +131,11 @@ class _Completion:
             name: [[] for _ in range(rows)] for name in request.outputs
         }
         self.finish_reasons = [None] * rows
+        # A thinking template's replies: reasoning apart from content.
+        self.splitters = self.reasoning = None
+        if request.thinking is not None:
+            self.splitters = [ReasoningSplitter(request.thinking) for _ in range(rows)]
+            self.reasoning = [""] * rows
 
     def add(self, offset, chunk):
         """Take in an engine chunk for the rows from `offset` on; returns,
@@ -138,6 +144,16 @@ class _Completion:
         for r, piece in enumerate(_pieces(chunk), offset):
             if self.finish_reasons[r] is not None:  # ended in an earlier chunk
                 continue
+            if self.splitters is not None:
+                reasoning, piece["text"] = self.splitters[r].feed(piece["text"])
+                if piece["finish_reason"] is not None:
+                    rest = self.splitters[r].finish()
+                    reasoning, piece["text"] = (
+                        reasoning + rest[0],
+                        piece["text"] + rest[1],
+                    )
+                piece["reasoning"] = reasoning
+                self.reasoning[r] += reasoning
             self.text[r] += piece["text"]
             self.tokens[r] += piece["token_ids"]
             self.log_probs[r] += piece["log_probs"] or []
@@ -194,16 +210,21 @@ class _Completion:
             "total_tokens": prompt + completion,
         }
 
-    def _choice(self, index, text, logprobs, reason, delta=False, outputs=None):
+    def _choice(
+        self, index, text, logprobs, reason, delta=False, outputs=None, reasoning=None
+    ):
         """One choice; `outputs` holds its per-token `scores` or `logits`
-        (the request's `output_scores` and `output_logits`)."""
+        (the request's `output_scores` and `output_logits`), `reasoning` a
+        thinking template's reasoning (a delta has it or content)."""
         if self.request.kind == "completion":
             choice = {"index": index, "text": text, "logprobs": logprobs}
         else:
             key = "delta" if delta else "message"
-            message = (
-                {"content": text} if delta else {"role": "assistant", "content": text}
-            )
+            message = {} if delta else {"role": "assistant"}
+            if reasoning is not None and (reasoning or not delta):
+                message["reasoning_content"] = reasoning
+            if text or not (delta and reasoning):
+                message["content"] = text
             choice = {"index": index, key: message, "logprobs": logprobs}
         return {**choice, **(outputs or {}), "finish_reason": reason}
 
@@ -224,6 +245,7 @@ class _Completion:
                 self.logprobs(self.tokens[r], self.log_probs[r], self.top[r]),
                 self.finish_reasons[r],
                 outputs={n: rows[r] for n, rows in self.vocabulary_outputs.items()},
+                reasoning=None if self.reasoning is None else self.reasoning[r],
             )
             for r in range(len(self.text))
         ]
@@ -256,7 +278,15 @@ class _Completion:
             )
             outputs = {name: piece[name] for name in self.vocabulary_outputs}
             choices.append(
-                self._choice(r, piece["text"], logprobs, reason, True, outputs)
+                self._choice(
+                    r,
+                    piece["text"],
+                    logprobs,
+                    reason,
+                    True,
+                    outputs,
+                    piece.get("reasoning"),
+                )
             )
         return self._envelope(self.chunk_object, choices) if choices else None
 

@@ -1,0 +1,93 @@
+"""A reply's reasoning apart from its answer, as the text streams."""
+
+START, END = "<think>", "</think>"
+
+
+class ReasoningSplitter:
+    """Splits a reply's text into reasoning and content, chunk by chunk.
+
+    Models whose chat templates think (Qwen3, QwQ, DeepSeek-R1) write
+    `<think>...</think>` before the answer; some templates open the tag in
+    the prompt, so the reply starts inside it. Text inside the tags is
+    reasoning, the rest content; the tags and the newlines right after
+    them are dropped. A tag split across chunks is held back until it is
+    certain, so no tag text ever leaks into either part.
+
+    Args:
+        thinking: bool, whether the reply starts inside the tags (the
+            prompt opened them).
+
+    Examples:
+    >>> splitter = ReasoningSplitter()
+    >>> splitter.feed("<think>\\nfirst, 2 + 2</thi")
+    ('first, 2 + 2', '')
+    >>> splitter.feed("nk>\\n\\nIt is 4.")
+    ('', 'It is 4.')
+    """
+
+    def __init__(self, thinking=False):
+        self.state = "thinking" if thinking else "before"
+        self.held = ""
+        self.after_tag = thinking  # drop the newlines that follow a tag
+
+    @classmethod
+    def for_prompt(cls, template_source, prompt_text):
+        """A splitter for a reply to `prompt_text` when the template thinks
+        (writes `</think>`), else `None`."""
+        if END not in template_source:
+            return None
+        return cls(thinking=prompt_text.rfind(START) > prompt_text.rfind(END))
+
+    def feed(self, text):
+        """`(reasoning, content)`: what `text` adds to each, as far as is
+        certain."""
+        text, self.held = self.held + text, ""
+        reasoning = content = ""
+        while text:
+            if self.after_tag:
+                text = text.lstrip("\n")
+                self.after_tag = not text
+                continue
+            if self.state == "before":
+                stripped = text.lstrip()
+                if stripped.startswith(START):
+                    text, self.state, self.after_tag = (
+                        stripped[len(START) :],
+                        "thinking",
+                        True,
+                    )
+                elif START.startswith(stripped):  # may still open
+                    self.held, text = text, ""
+                else:
+                    self.state = "content"
+            elif self.state == "thinking":
+                end = text.find(END)
+                if end >= 0:
+                    reasoning += text[:end]
+                    text, self.state, self.after_tag = (
+                        text[end + len(END) :],
+                        "content",
+                        True,
+                    )
+                else:
+                    keep = _partial_tag(text, END)
+                    reasoning += text[: len(text) - keep]
+                    self.held, text = text[len(text) - keep :], ""
+            else:
+                content, text = content + text, ""
+        return reasoning, content
+
+    def finish(self):
+        """`(reasoning, content)` of what was held back when the reply ends."""
+        held, self.held = self.held, ""
+        if self.state == "thinking":
+            return held, ""
+        return "", held
+
+
+def _partial_tag(text, tag):
+    """The length of the longest end of `text` that begins `tag`."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-size:]):
+            return size
+    return 0

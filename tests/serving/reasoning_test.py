@@ -1,0 +1,74 @@
+"""A thinking template's replies: `reasoning_content` apart from `content`."""
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from keras_gen.serving import create_app  # noqa: E402
+from tests.models.causal_lm_chat_test import chat_lm  # noqa: E402
+from tests.serving.openai_app_test import events  # noqa: E402
+from tests.serving.openai_app_test import running  # noqa: E402
+
+pytestmark = pytest.mark.only_backend("jax")
+
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+# The reply is forced character by character (the model is random).
+REPLY = {"guided_regex": "<think>\nfirst, 2 \\+ 2</think>\n\nIt is 4\\."}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    lm = chat_lm("qwen", tmp_path_factory.mktemp("qwen"))
+    with running(create_app(lm, model_name="qwen", max_batch_size=2)) as client:
+        yield client
+
+
+def ask(client, stream=False, **fields):
+    body = {"model": "qwen", "messages": MESSAGES, "max_tokens": 60, **REPLY}
+    body.update(fields, stream=stream)
+    if not stream:
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]["message"]
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        chunks = [c for c in events(response)[:-1] if c["choices"]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    return {
+        key: "".join(d.get(key, "") for d in deltas)
+        for key in ("reasoning_content", "content")
+    }, deltas
+
+
+def test_reasoning_apart_from_the_answer(client):
+    message = ask(client)
+    assert message == {
+        "role": "assistant",
+        "reasoning_content": "first, 2 + 2",
+        "content": "It is 4.",
+    }
+    joined, deltas = ask(client, stream=True)
+    assert joined == {"reasoning_content": "first, 2 + 2", "content": "It is 4."}
+    # No delta carries tag text, and reasoning comes before content.
+    assert all("think>" not in "".join(map(str, d.values())) for d in deltas)
+    kinds = [k for d in deltas for k in d if d[k] and k != "role"]
+    assert kinds == sorted(kinds, key=["reasoning_content", "content"].index)
+
+
+def test_thinking_turned_off_in_the_template(client):
+    message = ask(
+        client,
+        chat_template_kwargs={"enable_thinking": False},
+        guided_regex="It is 4\\.",
+    )
+    assert message == {
+        "role": "assistant",
+        "reasoning_content": "",
+        "content": "It is 4.",
+    }
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": "qwen", "messages": MESSAGES, "chat_template_kwargs": [1]},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "chat_template_kwargs"

@@ -3,6 +3,7 @@
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.generation.generation_config import GenerationConfig
+from keras_gen.serving import chat_tools
 from keras_gen.serving.api_error import APIError
 from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
 
@@ -26,8 +27,6 @@ GUIDED_FIELDS = {
     "guided_choice": "choice",
     "guided_grammar": "grammar",
 }
-# Chat roles a message may have.
-ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 def _is_int(value):
@@ -173,30 +172,16 @@ class CompletionRequest:
         self.processors = self._read_processors(body, model.processors)
 
     def _read_prompts(self, body, model):
-        """Sets `self.prompts` (token id lists) and `self.thinking`; yields
+        """Sets `self.prompts` (token id lists), `self.thinking` and the
+        chat's tools (`self.tool_parser`, `self.tool_constraint`); yields
         template stop strings."""
-        self.thinking = None
+        self.thinking = self.tool_parser = self.tool_constraint = None
         if self.kind == "chat":
-            messages = body.get("messages")
-            if messages is None:
-                raise APIError(
-                    "Missing required parameter: 'messages'.", param="messages"
-                )
-            if not isinstance(messages, list) or not messages:
-                raise APIError(
-                    "'messages' must be a non-empty array.", param="messages"
-                )
-            for i, message in enumerate(messages):
-                if (
-                    not isinstance(message, dict)
-                    or message.get("role") not in ROLES
-                    or not isinstance(message.get("content"), str)
-                ):
-                    raise APIError(
-                        f"Invalid message at messages[{i}]: expected an object "
-                        f"with a 'role' in {list(ROLES)} and a string 'content'.",
-                        param=f"messages[{i}]",
-                    )
+            messages = chat_tools.read_messages(body.get("messages"))
+            template = model.tokenizer.chat_template
+            tools, self.tool_parser, self.tool_constraint = chat_tools.read_tools(
+                body, template.source
+            )
             keywords = _field(
                 body,
                 "chat_template_kwargs",
@@ -206,12 +191,11 @@ class CompletionRequest:
             )
             try:
                 text = model.tokenizer.apply_chat_template(
-                    messages, tokenize=False, **keywords
+                    messages, tokenize=False, tools=tools, **keywords
                 )
             except (TypeError, ValueError) as error:  # the template's own errors
                 raise APIError(str(error), param="messages") from None
             self.prompts = [model.tokenizer.encode(text, add_special_tokens=False)]
-            template = model.tokenizer.chat_template
             splitter = ReasoningSplitter.for_prompt(template.source, text)
             # Templates that think: whether a reply starts inside the tags.
             self.thinking = None if splitter is None else splitter.state == "thinking"
@@ -386,6 +370,8 @@ class CompletionRequest:
                 given[name] = {key: body[name]}
         if body.get("guided_json_object"):  # an older vLLM spelling
             given["guided_json_object"] = {"json_object": True}
+        if self.tool_constraint is not None:  # the call is the structure
+            given["tool_choice"] = {"regex": self.tool_constraint}
         if len(given) > 1:
             raise APIError(
                 f"Give one structured output: received {sorted(given)}.",

@@ -131,6 +131,10 @@ class _Completion:
             name: [[] for _ in range(rows)] for name in request.outputs
         }
         self.finish_reasons = [None] * rows
+        # A chat with tools: the replies' calls, parsed; the content a
+        # stream has sent (text that may start a call is held back).
+        self.parser = request.tool_parser
+        self.shown = [0] * rows
         # A thinking template's replies: reasoning apart from content.
         self.splitters = self.reasoning = None
         if request.thinking is not None:
@@ -211,11 +215,20 @@ class _Completion:
         }
 
     def _choice(
-        self, index, text, logprobs, reason, delta=False, outputs=None, reasoning=None
+        self,
+        index,
+        text,
+        logprobs,
+        reason,
+        delta=False,
+        outputs=None,
+        reasoning=None,
+        tool_calls=None,
     ):
         """One choice; `outputs` holds its per-token `scores` or `logits`
         (the request's `output_scores` and `output_logits`), `reasoning` a
-        thinking template's reasoning (a delta has it or content)."""
+        thinking template's reasoning (a delta has it or content),
+        `tool_calls` the calls parsed from the reply."""
         if self.request.kind == "completion":
             choice = {"index": index, "text": text, "logprobs": logprobs}
         else:
@@ -223,8 +236,10 @@ class _Completion:
             message = {} if delta else {"role": "assistant"}
             if reasoning is not None and (reasoning or not delta):
                 message["reasoning_content"] = reasoning
-            if text or not (delta and reasoning):
+            if text or not (delta and (reasoning or tool_calls)):
                 message["content"] = text
+            if tool_calls:
+                message["tool_calls"] = tool_calls
             choice = {"index": index, key: message, "logprobs": logprobs}
         return {**choice, **(outputs or {}), "finish_reason": reason}
 
@@ -238,18 +253,62 @@ class _Completion:
         }
 
     def response(self):
-        choices = [
-            self._choice(
-                r,
-                self.text[r],
-                self.logprobs(self.tokens[r], self.log_probs[r], self.top[r]),
-                self.finish_reasons[r],
-                outputs={n: rows[r] for n, rows in self.vocabulary_outputs.items()},
-                reasoning=None if self.reasoning is None else self.reasoning[r],
+        choices = []
+        for r in range(len(self.text)):
+            text, calls, reason = self.text[r], None, self.finish_reasons[r]
+            if self.parser is not None:
+                content, calls = self._calls(r)
+                if calls:
+                    text, reason = content, "tool_calls"
+            choices.append(
+                self._choice(
+                    r,
+                    text,
+                    self.logprobs(self.tokens[r], self.log_probs[r], self.top[r]),
+                    reason,
+                    outputs={n: rows[r] for n, rows in self.vocabulary_outputs.items()},
+                    reasoning=None if self.reasoning is None else self.reasoning[r],
+                    tool_calls=calls,
+                )
             )
-            for r in range(len(self.text))
-        ]
         return {**self._envelope(self.object, choices), "usage": self.usage()}
+
+    def _calls(self, r):
+        """`(content, calls)` of row `r`'s whole reply, the calls in
+        OpenAI's form (their arguments a JSON string)."""
+        content, calls = self.parser.parse(self.text[r])
+        return content, [
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": json.dumps(call["arguments"], ensure_ascii=False),
+                },
+            }
+            for call in calls
+        ]
+
+    def _tool_piece(self, r, reason):
+        """A streamed piece of a chat with tools: `(content, calls,
+        reason)`. Content goes out while it cannot be a call; the calls
+        (and content after them) when the reply ends."""
+        text, shown = self.text[r], self.shown[r]
+        if reason is None:
+            self.shown[r] = max(shown, self.parser.content_length(text))
+            return text[shown : self.shown[r]], None, None
+        content, calls = self._calls(r)
+        if not calls:
+            self.shown[r] = len(text)
+            return text[shown:], None, reason
+        before = text[:shown]
+        content = content or ""
+        rest = content[len(before) :] if content.startswith(before) else ""
+        return (
+            rest,
+            [{"index": i, **call} for i, call in enumerate(calls)],
+            "tool_calls",
+        )
 
     def first_chunk(self):
         """Chat streams open with the assistant's role, as OpenAI's do."""
@@ -277,15 +336,19 @@ class _Completion:
                 offset,
             )
             outputs = {name: piece[name] for name in self.vocabulary_outputs}
+            text, calls = piece["text"], None
+            if self.parser is not None:
+                text, calls, reason = self._tool_piece(r, reason)
             choices.append(
                 self._choice(
                     r,
-                    piece["text"],
+                    text,
                     logprobs,
                     reason,
                     True,
                     outputs,
                     piece.get("reasoning"),
+                    calls,
                 )
             )
         return self._envelope(self.chunk_object, choices) if choices else None

@@ -1,5 +1,6 @@
 """The `/tokenize` and `/detokenize` requests (as vLLM names them)."""
 
+from keras_gen.serving import chat_tools
 from keras_gen.serving.api_error import APIError
 from keras_gen.serving.completion_request import _field
 from keras_gen.serving.completion_request import _is_int
@@ -73,7 +74,7 @@ class TokenizeRequest:
             keywords = _field(body, "chat_template_kwargs", _is_dict, "an object", {})
             try:
                 return tokenizer.apply_chat_template(
-                    body["messages"],
+                    chat_tools.read_messages(body["messages"]),
                     add_generation_prompt=add,
                     tools=body.get("tools"),
                     **keywords,

@@ -70,7 +70,7 @@ class ReasoningSplitter:
                         True,
                     )
                 else:
-                    keep = _partial_tag(text, END)
+                    keep = partial_tag_length(text, END)
                     reasoning += text[: len(text) - keep]
                     self.held, text = text[len(text) - keep :], ""
             else:
@@ -85,8 +85,9 @@ class ReasoningSplitter:
         return "", held
 
 
-def _partial_tag(text, tag):
-    """The length of the longest end of `text` that begins `tag`."""
+def partial_tag_length(text, tag):
+    """The length of the longest end of `text` that begins `tag` (what a
+    stream holds back: the tag may be arriving)."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-size:]):
             return size

@@ -23,7 +23,7 @@ WEATHER = {
 }
 
 
-def chat_lm(kind, folder):
+def chat_lm(kind, folder, max_sequence_length=256):
     tokenizer = Tokenizer.from_pretrained(family_templates.folder(kind, folder))
     backbone = keras_gen.models.GPT2Backbone(
         vocabulary_size=tokenizer.vocabulary_size,
@@ -31,7 +31,7 @@ def chat_lm(kind, folder):
         num_heads=2,
         hidden_dim=16,
         intermediate_dim=32,
-        max_sequence_length=256,
+        max_sequence_length=max_sequence_length,
     )
     return keras_gen.models.GPT2CausalLM(backbone, tokenizer=tokenizer)
 

@@ -156,4 +156,4 @@ def test_bad_chat_fields(served):
     assert read(served, "chat", logprobs=True, top_logprobs=2).logprobs == 2
     with pytest.raises(APIError) as error:
         read(served, "chat", messages=[{"role": "user", "content": 5}])
-    assert error.value.param == "messages[0]"
+    assert error.value.param == "messages[0].content"

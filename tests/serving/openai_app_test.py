@@ -182,7 +182,7 @@ def test_tokenize_and_detokenize(server):
     assert back == {"prompt": "The for statement"}
     for path, body, param in (
         ("/tokenize", {}, "prompt"),
-        ("/tokenize", {"messages": [{"content": "no role"}]}, "messages"),
+        ("/tokenize", {"messages": [{"content": "no role"}]}, "messages[0]"),
         (
             "/tokenize",
             {"prompt": "x", "add_special_tokens": "yes"},

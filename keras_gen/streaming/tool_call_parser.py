@@ -1,0 +1,150 @@
+"""Tool calls in a reply's text, in the form the model's template writes."""
+
+import json
+import re
+
+from keras_gen.kernels.json_schema import schema_regex
+from keras_gen.streaming.reasoning_splitter import partial_tag_length
+
+# The forms, by what the chat template writes: Hermes / Qwen
+# (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`), Mistral
+# (`[TOOL_CALLS] [{"name": ..., "arguments": ...}]`) and Llama 3 (a JSON
+# object `{"name": ..., "parameters": ...}`, after `<|python_tag|>` or
+# alone).
+HERMES, MISTRAL, LLAMA3 = "hermes", "mistral", "llama3_json"
+_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_PYTHON_TAG = "<|python_tag|>"
+
+
+def _call(value, arguments_key):
+    """`{"name", "arguments"}` of a decoded call, or `None`."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    arguments = value.get(arguments_key, value.get("arguments", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return {"name": value["name"], "arguments": arguments}
+
+
+def _decode(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+class ToolCallParser:
+    """Finds the tool calls in a reply, in one model family's form.
+
+    Args:
+        form: `"hermes"` (Qwen, Hermes: `<tool_call>` blocks), `"mistral"`
+            (`[TOOL_CALLS]` and a JSON list) or `"llama3_json"` (a JSON
+            object with `name` and `parameters`).
+
+    Examples:
+    >>> parser = ToolCallParser("hermes")
+    >>> parser.parse('<tool_call>\\n{"name": "f", "arguments": {"x": 1}}\\n</tool_call>')
+    (None, [{'name': 'f', 'arguments': {'x': 1}}])
+    >>> parser.parse("No call here.")
+    ('No call here.', [])
+    """
+
+    def __init__(self, form):
+        if form not in (HERMES, MISTRAL, LLAMA3):
+            raise ValueError(
+                f"`form` must be one of {[HERMES, MISTRAL, LLAMA3]}. Received: {form!r}"
+            )
+        self.form = form
+
+    @classmethod
+    def for_template(cls, template_source):
+        """The parser for what a chat template writes, or `None` when it
+        writes no tool calls that keras-gen reads."""
+        if "<tool_call>" in template_source:
+            return cls(HERMES)
+        if "[TOOL_CALLS]" in template_source:
+            return cls(MISTRAL)
+        if "<|start_header_id|>" in template_source and "tools" in template_source:
+            return cls(LLAMA3)
+        return None
+
+    @property
+    def marker(self):
+        """Text where a call may start: a stream holds text back from it."""
+        return {HERMES: "<tool_call>", MISTRAL: "[TOOL_CALLS]", LLAMA3: "{"}[self.form]
+
+    def content_length(self, text):
+        """How much of `text`, a reply still streaming, is certainly content:
+        everything before a call starts, or may be starting."""
+        start = text.find(self.marker)
+        if start >= 0:
+            return start
+        return len(text) - partial_tag_length(text, self.marker)
+
+    def parse(self, text):
+        """`(content, calls)`: the text around the calls (`None` when it is
+        only white space) and each call's `{"name", "arguments"}`. A call
+        that is not valid JSON is left in the content, as text."""
+        if self.form == HERMES:
+            calls, kept = [], []
+            last = 0
+            for match in _HERMES_CALL.finditer(text):
+                call = _call(_decode(match.group(1)), "arguments")
+                if call is not None:
+                    calls.append(call)
+                    kept.append(text[last : match.start()])
+                    last = match.end()
+            content = "".join(kept) + text[last:]
+        elif self.form == MISTRAL:
+            before, found, after = text.partition("[TOOL_CALLS]")
+            value = _decode(after.strip()) if found else None
+            value = [value] if isinstance(value, dict) else value
+            calls = [_call(v, "arguments") for v in value or []]
+            if not calls or None in calls:
+                calls, before = [], text
+            content = before
+        else:
+            body = text.strip()
+            body = body[len(_PYTHON_TAG) :] if body.startswith(_PYTHON_TAG) else body
+            whole = _call(_decode(body), "parameters")
+            parts = (
+                [whole]
+                if whole
+                else [_call(_decode(p), "parameters") for p in body.split(";")]
+            )
+            calls = [] if None in parts or not body.startswith("{") else parts
+            content = "" if calls else text
+        return (content if content.strip() else None), calls
+
+    def constraint(self, tools):
+        """A regular expression of exactly one call of one of `tools` (each
+        `{"name", "parameters"}`: OpenAI's `function` objects), in this
+        form, its arguments valid under the tool's JSON schema."""
+        arguments_key = "parameters" if self.form == LLAMA3 else "arguments"
+        calls = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": tool["name"]},
+                    arguments_key: tool.get("parameters") or {"type": "object"},
+                },
+                "required": ["name", arguments_key],
+            }
+            for tool in tools
+        ]
+        call = schema_regex(calls[0] if len(calls) == 1 else {"anyOf": calls})
+        if self.form == HERMES:
+            return _literal("<tool_call>\n") + f"({call})" + _literal("\n</tool_call>")
+        if self.form == MISTRAL:
+            return _literal("[TOOL_CALLS] [") + f"({call})" + _literal("]")
+        return call
+
+
+def _literal(text):
+    """`text` as a regular expression that matches it alone."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text).replace("\n", r"\n")

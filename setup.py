@@ -15,6 +15,8 @@ TORCH = ["torch>=2.4"]
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29"]
 # The bundled demo model: weights, tokenizer and training record.
 PRESET_FILES = ["presets/*/*.json", "presets/*/*.safetensors"]
+# The server's chat page (`GET /`).
+STATIC_FILES = ["serving/static/*.html"]
 
 setup(
     name="keras-gen",
@@ -26,7 +28,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["keras_gen", "keras_gen.*"]),
     include_package_data=True,
-    package_data={"keras_gen": PRESET_FILES},
+    package_data={"keras_gen": PRESET_FILES + STATIC_FILES},
     install_requires=[
         "keras>=3.8",
         "numpy",
@@ -65,6 +67,9 @@ setup(
             "ctranslate2",
             # Lint and format (tools/run_tests.sh runs it first).
             "ruff",
+            # The chat page's test drives headless Chromium (Debian's
+            # chromium and chromium-driver, which .ci/run installs).
+            "selenium",
         ],
     },
     entry_points={"console_scripts": ["keras-gen=keras_gen.cli:main"]},

@@ -1,8 +1,8 @@
 """The OpenAI-compatible HTTP API: a FastAPI app and `serve`.
 
 Endpoints: `POST /v1/completions`, `POST /v1/chat/completions`,
-`GET /v1/models`, `GET /health`, `GET /metrics`, and vLLM's
-`POST /tokenize` and `POST /detokenize`. Requests are validated by
+`GET /v1/models`, `GET /health`, `GET /metrics`, vLLM's
+`POST /tokenize` and `POST /detokenize`, and a chat page at `GET /`. Requests are validated by
 `CompletionRequest`, run by one continuous-batching `Engine` (every request
 joins the running batch) and answered as JSON or, with `"stream": true`, as
 server-sent events ending with `data: [DONE]`.
@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import math
+import pathlib
 import time
 import types
 import uuid
@@ -607,6 +608,12 @@ def _add_routes(app, engine, served, started, max_body_bytes, preparation):
     import keras
 
     model_name = served.name
+    page = (pathlib.Path(__file__).parent / "static" / "chat.html").read_text("utf-8")
+
+    @app.get("/", response_class=fastapi.responses.HTMLResponse)
+    async def chat_page():
+        """A chat page: everything it needs is in the page itself."""
+        return page
 
     @app.get("/health")
     async def health():

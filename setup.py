@@ -67,6 +67,8 @@ setup(
             "ctranslate2",
             # Lint and format (tools/run_tests.sh runs it first).
             "ruff",
+            # The server is checked with OpenAI's own client.
+            "openai",
             # The chat page's test drives headless Chromium (Debian's
             # chromium and chromium-driver, which .ci/run installs).
             "selenium",

@@ -30,6 +30,9 @@ from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
 from keras_gen.serving.engine_metrics import CONTENT_TYPE
+from keras_gen.serving.response_store import ResponseStore
+from keras_gen.serving.responses_request import ResponsesRequest
+from keras_gen.serving.responses_stream import ResponsesStream
 from keras_gen.serving.tokenize_request import TokenizeRequest
 from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
 from keras_gen.utils.ticker import Ticker
@@ -509,26 +512,58 @@ async def _chunks(handles, n):
             task.cancel()
 
 
-async def _stream_events(handles, completion):
+async def _stream_objects(handles, completion):
+    """The stream's objects: chunks, an error object if one happens after
+    the status was sent, and the usage chunk when asked for."""
     try:
         if completion.request.kind == "chat":
-            yield _sse(completion.first_chunk())
+            yield completion.first_chunk()
         try:
             async for offset, chunk in _chunks(handles, completion.request.n):
                 event = completion.chunk(completion.add(offset, chunk))
                 if event is not None:
-                    yield _sse(event)
+                    yield event
         except Exception as error:  # the status is sent: say it in the stream
             if not isinstance(error, APIError):
                 error = APIError(
                     f"Internal error: {error}", status=500, type="server_error"
                 )
-            yield _sse(error.to_dict())
+            yield error.to_dict()
         if completion.request.include_usage:
-            yield _sse(completion.usage_chunk())
-        yield "data: [DONE]\n\n"
+            yield completion.usage_chunk()
     finally:
         # Ended, or the client went away (the response task is cancelled).
+        _cancel(handles)
+
+
+async def _stream_events(handles, completion):
+    try:
+        async for event in _stream_objects(handles, completion):
+            yield _sse(event)
+        yield "data: [DONE]\n\n"
+    finally:  # the client went away: the inner stream may not be closed yet
+        _cancel(handles)
+
+
+async def _response_events(asked, handles, completion, store):
+    """The Responses stream of a chat stream; the response is kept."""
+    stream = ResponsesStream(asked)
+    last, reason, usage = None, None, None
+    try:
+        async for chunk in _stream_objects(handles, completion):
+            for event in stream.events(chunk):
+                yield f"event: {event['type']}\ndata: {_dumps(event)}\n\n"
+            if "error" in chunk:
+                return
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices", []):
+                reason = choice.get("finish_reason") or reason
+            last = chunk
+        events, response = stream.finish(last, reason, usage)
+        for event in events:
+            yield f"event: {event['type']}\ndata: {_dumps(event)}\n\n"
+        store.put(response["id"], asked.conversation(response))
+    finally:
         _cancel(handles)
 
 
@@ -669,6 +704,32 @@ def _add_routes(app, engine, served, started, max_body_bytes, preparation):
     @app.post("/v1/chat/completions")
     async def chat_completions(request: fastapi.Request):
         return await generate(request, "chat")
+
+    store = ResponseStore()
+
+    @app.post("/v1/responses")
+    async def responses(request: fastapi.Request):
+        body = await _read_json(request, max_body_bytes)
+
+        def prepare():
+            asked = ResponsesRequest(body, store)
+            chat = asked.chat
+            if chat.get("stream"):
+                chat = {**chat, "stream_options": {"include_usage": True}}
+            parsed = CompletionRequest(chat, "chat", served)
+            return (asked, parsed), _submit(engine, parsed)
+
+        (asked, parsed), handles = await preparation.run(prepare)
+        completion = _Completion(parsed, served)
+        if parsed.stream:
+            return fastapi.responses.StreamingResponse(
+                _response_events(asked, handles, completion, store),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        response = asked.response(await _complete(request, handles, completion))
+        store.put(response["id"], asked.conversation(response))
+        return response
 
     async def tokenization(request, kind):
         body = await _read_json(request, max_body_bytes)

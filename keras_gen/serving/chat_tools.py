@@ -16,14 +16,17 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 CHOICES = ("none", "auto", "required")
 
 
+# Text parts of a message's content: chat's, and the Responses API's.
+TEXT_PARTS = ("text", "input_text", "output_text")
+
+
 def _text(content, where):
-    """A message's content as text: a string, or OpenAI's list of text
-    parts."""
+    """A message's content as text: a string, or a list of text parts."""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(
         isinstance(part, dict)
-        and part.get("type") == "text"
+        and part.get("type") in TEXT_PARTS
         and isinstance(part.get("text"), str)
         for part in content
     ):

@@ -21,26 +21,8 @@ def new_id(prefix):
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def _text(content, where):
-    """Input content as text: a string, or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(part, dict)
-        and part.get("type") in ("input_text", "output_text", "text")
-        and isinstance(part.get("text"), str)
-        for part in content
-    ):
-        return "".join(part["text"] for part in content)
-    raise APIError(
-        f"Invalid content at {where}: expected a string or an array of "
-        "input_text parts.",
-        param=where,
-    )
-
-
 def _messages(items):
-    """Chat messages of the input items."""
+    """Chat messages of the input items (the chat request checks them)."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
@@ -52,9 +34,7 @@ def _messages(items):
         where = f"input[{i}]"
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message" and isinstance(item.get("role"), str):
-            messages.append(
-                {"role": item["role"], "content": _text(item.get("content"), where)}
-            )
+            messages.append({"role": item["role"], "content": item.get("content")})
         elif kind == "function_call":
             messages.append(
                 {
@@ -76,7 +56,7 @@ def _messages(items):
                 {
                     "role": "tool",
                     "tool_call_id": item.get("call_id"),
-                    "content": _text(item.get("output"), where),
+                    "content": item.get("output"),
                 }
             )
         else:

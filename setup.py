@@ -69,9 +69,6 @@ setup(
             "ruff",
             # The server is checked with OpenAI's own client.
             "openai",
-            # The chat page's test drives headless Chromium (Debian's
-            # chromium and chromium-driver, which .ci/run installs).
-            "selenium",
         ],
     },
     entry_points={"console_scripts": ["keras-gen=keras_gen.cli:main"]},

@@ -1,21 +1,26 @@
 """The chat page at `GET /`, in headless Chromium: a message sent, the
-streamed answer shown."""
+streamed answer shown. The browser is driven through chromedriver's W3C
+WebDriver protocol (plain HTTP, with httpx)."""
 
+import contextlib
 import shutil
+import subprocess
+import time
 
 import pytest
 
 pytest.importorskip("fastapi")
-pytest.importorskip("httpx")
-webdriver = pytest.importorskip("selenium.webdriver")
+httpx = pytest.importorskip("httpx")
 
 from keras_gen.serving import create_app  # noqa: E402
 from tests.serving.openai_app_test import MODEL  # noqa: E402
+from tests.serving.openai_app_test import free_port  # noqa: E402
 from tests.serving.openai_app_test import running  # noqa: E402
 from tests.text_models import tiny_text_lm  # noqa: E402
 
 pytestmark = pytest.mark.only_backend("jax")
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+QUESTION = "What is a class?"
 
 
 @pytest.fixture(scope="module")
@@ -33,40 +38,76 @@ def test_the_page_needs_nothing_from_elsewhere(client):
     assert "http://" not in page and "https://" not in page and " src=" not in page
 
 
+@contextlib.contextmanager
+def browser():
+    """A headless Chromium session: a function that runs a script in the
+    page and returns its value."""
+    port = free_port()
+    driver = subprocess.Popen(
+        [DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                http.get("/status")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "chromedriver did not start"
+                time.sleep(0.2)
+        options = {"binary": CHROMIUM, "args": ["--headless=new", "--no-sandbox"]}
+        capabilities = {"alwaysMatch": {"goog:chromeOptions": options}}
+        session = http.post("/session", json={"capabilities": capabilities}).json()
+        path = f"/session/{session['value']['sessionId']}"
+
+        def page(script=None, url=None):
+            if url is not None:
+                return http.post(f"{path}/url", json={"url": url}).json()["value"]
+            answer = http.post(
+                f"{path}/execute/sync", json={"script": script, "args": []}
+            )
+            return answer.json()["value"]
+
+        yield page
+        http.delete(path)
+    finally:
+        http.close()
+        driver.kill()
+        driver.wait(30)
+
+
+def wait_for(page, script, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not page(script):
+        assert time.monotonic() < deadline, script
+        time.sleep(0.2)
+
+
 @pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
     reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
 )
 def test_a_message_gets_its_streamed_answer(client):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(
-        options=options, service=webdriver.ChromeService(executable_path=DRIVER)
-    )
-    try:
-        browser.get(str(client.base_url) + "/")
-        wait = WebDriverWait(browser, 60)
-        wait.until(lambda b: b.find_element(By.ID, "model").text == MODEL)
-        for field, value in (("temperature", "0"), ("max_tokens", "8")):
-            element = browser.find_element(By.ID, field)
-            element.clear()
-            element.send_keys(value)
-        browser.find_element(By.ID, "input").send_keys("What is a class?")
-        browser.find_element(By.ID, "send").click()
-        done = "#log .assistant[data-state='done'] span"
-        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, done))
-        shown = browser.execute_script(
-            f'return document.querySelector("{done}").textContent'
+    with browser() as page:
+        page(url=str(client.base_url) + "/")
+        wait_for(
+            page, f"return document.getElementById('model').textContent == '{MODEL}'"
         )
-        assert not browser.find_elements(By.CSS_SELECTOR, "#log .error")
-    finally:
-        browser.quit()
-    messages = [{"role": "user", "content": "What is a class?"}]
+        page(
+            "document.getElementById('temperature').value = '0';"
+            "document.getElementById('max_tokens').value = '8';"
+            f"document.getElementById('input').value = '{QUESTION}';"
+            "document.getElementById('send').click();"
+        )
+        done = "#log .assistant[data-state='done'] span"
+        wait_for(page, f'return document.querySelector("{done}") !== null')
+        shown = page(f'return document.querySelector("{done}").textContent')
+        assert page("return document.querySelectorAll('#log .error').length") == 0
+        assert page("return document.querySelector('#log .user span').textContent") == (
+            QUESTION
+        )
+    messages = [{"role": "user", "content": QUESTION}]
     body = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 8}
     answer = client.post("/v1/chat/completions", json={**body, "top_p": 1}).json()
     assert shown == answer["choices"][0]["message"]["content"] != ""

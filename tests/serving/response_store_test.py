@@ -15,3 +15,23 @@ def test_the_store_keeps_the_last_responses_used():
         store.get("resp_1")
     assert error.value.status == 404
     assert store.get("resp_0") and store.get("resp_3") == []
+
+
+@pytest.mark.only_backend("jax")
+def test_the_store_keeps_a_bounded_number_of_characters():
+    store = ResponseStore(size=100, max_chars=1000)
+    store.put("resp_big", [{"role": "user", "content": "x" * 2000}])
+    with pytest.raises(APIError):  # longer than the whole store: not kept
+        store.get("resp_big")
+    for i in range(20):
+        store.put(f"resp_{i}", [{"role": "user", "content": "y" * 100}])
+    kept = [i for i in range(20) if _kept(store, f"resp_{i}")]
+    assert kept == list(range(20 - len(kept), 20)) and 0 < len(kept) < 10
+
+
+def _kept(store, response_id):
+    try:
+        store.get(response_id)
+        return True
+    except APIError:
+        return False

@@ -21,6 +21,7 @@ from keras_gen.layers.mixture_of_experts import ROUTER_NAME
 from keras_gen.models.backbone import Backbone
 from keras_gen.samplers.speculative_decoding import Speculation
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
+from keras_gen.streaming import tool_call_parser
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.tokenizers.tokenizer import TOKENIZER_FILE
 from keras_gen.tokenizers.tokenizer import Tokenizer
@@ -493,6 +494,7 @@ class CausalLM(keras.Model):
         stream_chunk_size=None,
         tools=None,
         chat_template_kwargs=None,
+        tool_choice=None,
         **options,
     ):
         """Generate text or token ids from one prompt or a batch.
@@ -532,6 +534,13 @@ class CausalLM(keras.Model):
                 chat template (OpenAI's `{"type": "function", ...}`).
             chat_template_kwargs: for chat `inputs`: a dict of more
                 template variables, such as `{"enable_thinking": False}`.
+            tool_choice: for chat `inputs` with `tools`: `"required"` (or
+                `{"type": "function", "function": {"name": ...}}`) makes the
+                reply exactly one call of the tools (of that one), in the
+                template's form, its arguments valid under the tool's JSON
+                schema (a structured output); `"auto"` or `None` leaves the
+                reply free. `keras_gen.streaming.ToolCallParser` reads the
+                calls in a reply.
             **options: `GenerationConfig` fields for this call, such as
                 `max_new_tokens`, `temperature`, `top_k`, `seed`,
                 `stop_strings` or `output_log_probs`. `stop_token_ids=None`
@@ -542,7 +551,9 @@ class CausalLM(keras.Model):
         [[1, 2, 3, 9, 9, 9, 9], [4, 5, 7, 7, 7, 7]]
         >>> lm.generate("The sky", do_sample=True, top_p=0.9, seed=0)  # doctest: +SKIP
         """
-        chat = {"tools": tools, **(chat_template_kwargs or {})}
+        chat, options = self._chat_arguments(
+            tools, chat_template_kwargs, tool_choice, options
+        )
         request, sampler, config = self._prepare(
             inputs, generation_config, options, sampler, processors, draft_model, chat
         )
@@ -573,6 +584,7 @@ class CausalLM(keras.Model):
         stream_chunk_size=None,
         tools=None,
         chat_template_kwargs=None,
+        tool_choice=None,
         **options,
     ):
         """Generate step by step: an iterator of `GenerationOutput` chunks.
@@ -588,11 +600,36 @@ class CausalLM(keras.Model):
         >>> for chunk in lm.stream([1, 2, 3], max_new_tokens=8):  # doctest: +SKIP
         ...     print(chunk.token_ids[0])
         """
-        chat = {"tools": tools, **(chat_template_kwargs or {})}
+        chat, options = self._chat_arguments(
+            tools, chat_template_kwargs, tool_choice, options
+        )
         request, sampler, config = self._prepare(
             inputs, generation_config, options, sampler, processors, draft_model, chat
         )
         return self._stream(request, None, config.max_time, stream_chunk_size, sampler)
+
+    def _chat_arguments(self, tools, chat_template_kwargs, tool_choice, options):
+        """A call's arguments for the chat template, and its options with the
+        structured output a forced tool call needs."""
+        if chat_template_kwargs is not None and not isinstance(
+            chat_template_kwargs, dict
+        ):
+            raise TypeError(
+                "`chat_template_kwargs` must be a dict. Received: "
+                f"{chat_template_kwargs!r:.200}"
+            )
+        chat = {"tools": tools, **(chat_template_kwargs or {})}
+        if tool_choice in (None, "auto", "none"):
+            return chat, options
+        if self.tokenizer is None:
+            raise ValueError("`tool_choice` needs a model with a tokenizer.")
+        if options.get("response_format") is not None:
+            raise ValueError(
+                "`tool_choice` forces the reply's form: give it or "
+                "`response_format`, not both."
+            )
+        forced = tool_call_parser.forced_call(self.tokenizer, tools, tool_choice)
+        return chat, {**options, "response_format": {"regex": forced}}
 
     def _prepare(
         self, inputs, generation_config, options, sampler, processors, draft, chat

@@ -148,3 +148,53 @@ class ToolCallParser:
 def _literal(text):
     """`text` as a regular expression that matches it alone."""
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text).replace("\n", r"\n")
+
+
+def forced_call(tokenizer, tools, tool_choice):
+    """The regular expression a reply must match under `tool_choice`
+    (`"required"`: a call of one of `tools`; `{"type": "function",
+    "function": {"name": ...}}`: that one), or `None` (`"auto"`, `"none"`).
+
+    Raises:
+        ValueError: a choice without tools, a name not among them, or a
+            template that writes no call form keras-gen reads.
+    """
+    if tool_choice in (None, "auto", "none"):
+        return None
+    if not tools:
+        raise ValueError("`tool_choice` needs `tools`.")
+    if not isinstance(tools, (list, tuple)) or not all(
+        isinstance(tool, dict)
+        and isinstance(tool.get("function"), dict)
+        and isinstance(tool["function"].get("name"), str)
+        for tool in tools
+    ):
+        raise TypeError(
+            '`tools` must be a list of {"type": "function", "function": {"name": '
+            f'..., "parameters": ...}}}} dicts. Received: {tools!r:.200}'
+        )
+    functions = {tool["function"]["name"]: tool["function"] for tool in tools}
+    if tool_choice == "required":
+        chosen = list(functions.values())
+    elif isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        name = (tool_choice.get("function") or {}).get("name")
+        if name not in functions:
+            raise ValueError(
+                f"`tool_choice` names no tool of `tools` ({sorted(functions)}). "
+                f"Received: {name!r}"
+            )
+        chosen = [functions[name]]
+    else:
+        raise ValueError(
+            '`tool_choice` must be "auto", "none", "required" or '
+            '{"type": "function", "function": {"name": ...}}. '
+            f"Received: {tool_choice!r:.200}"
+        )
+    parser = ToolCallParser.for_template(tokenizer.chat_template.source)
+    if parser is None:
+        raise ValueError(
+            "This model's chat template writes no tool calls that keras-gen "
+            "reads (Hermes and Qwen's <tool_call>, Mistral's [TOOL_CALLS], "
+            "Llama 3's JSON), so `tool_choice` cannot force one."
+        )
+    return parser.constraint(chosen)

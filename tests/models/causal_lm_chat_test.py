@@ -115,3 +115,41 @@ def test_chat_arguments_need_a_conversation(llama3_lm):
     no_tokenizer = keras_gen.models.GPT2CausalLM(llama3_lm.backbone)
     with pytest.raises(ValueError, match="need a tokenizer with a chat template"):
         no_tokenizer.generate(QUESTION, max_new_tokens=2)
+
+
+def test_a_forced_tool_call_parses_and_validates(tmp_path):
+    from keras_gen.streaming.tool_call_parser import ToolCallParser
+
+    jsonschema = pytest.importorskip("jsonschema")
+    lm = chat_lm("qwen", tmp_path, max_sequence_length=512)
+    parser = ToolCallParser.for_template(lm.tokenizer.chat_template.source)
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 6}},
+        "required": ["city"],
+    }
+    tools = [{"type": "function", "function": {"name": "w", "parameters": schema}}]
+    options = dict(tools=tools, max_new_tokens=80, do_sample=True, temperature=1.0)
+    for seed in range(3):
+        reply = lm.generate(QUESTION, tool_choice="required", seed=seed, **options)
+        content, (call,) = parser.parse(reply)
+        assert content is None and call["name"] == "w"
+        jsonschema.validate(call["arguments"], schema)
+    named = {"type": "function", "function": {"name": "w"}}
+    chunks = list(lm.stream(QUESTION, tool_choice=named, seed=0, **options))
+    assert parser.parse("".join(c.text[0] for c in chunks))[1]
+    with pytest.raises(ValueError, match="names no tool of `tools`"):
+        lm.generate(
+            QUESTION,
+            tool_choice={"type": "function", "function": {"name": "x"}},
+            **options,
+        )
+    with pytest.raises(ValueError, match="give it or `response_format`, not both"):
+        lm.generate(
+            QUESTION, tool_choice="required", response_format={"regex": "a"}, **options
+        )
+    demo = keras_gen.CausalLM.from_preset("demo")
+    with pytest.raises(ValueError, match="writes no tool calls that keras-gen reads"):
+        demo.generate(QUESTION, tools=tools, tool_choice="required", max_new_tokens=4)
+    with pytest.raises(TypeError, match="`chat_template_kwargs` must be a dict"):
+        demo.generate(QUESTION, chat_template_kwargs=[1], max_new_tokens=4)

@@ -8,12 +8,11 @@ import json
 import re
 
 from keras_gen.serving.api_error import APIError
-from keras_gen.streaming.tool_call_parser import ToolCallParser
+from keras_gen.streaming import tool_call_parser
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MAX_TOOLS = 128
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-CHOICES = ("none", "auto", "required")
 
 
 # Text parts of a message's content: chat's, and the Responses API's.
@@ -138,32 +137,16 @@ def read_tools(body, template_source):
         raise APIError(
             "'parallel_tool_calls' must be a boolean.", param="parallel_tool_calls"
         )
-    choice = "auto" if choice is None else choice
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if choice.get("type") != "function" or name not in functions:
-            raise APIError(
-                f"'tool_choice' names no tool of 'tools' ({sorted(functions)}).",
-                param="tool_choice",
-            )
-        chosen = [functions[name]]
-    elif choice in CHOICES:
-        chosen = list(functions.values()) if choice == "required" else None
-    else:
-        raise APIError(
-            f"'tool_choice' must be one of {list(CHOICES)} or a named function.",
-            param="tool_choice",
-        )
+    try:
+        chosen = tool_call_parser.chosen_functions(tools, choice)
+    except (TypeError, ValueError) as error:
+        raise APIError(str(error), param="tool_choice") from None
     if choice == "none":
         return tools, None, None
-    parser = ToolCallParser.for_template(template_source)
-    if parser is None:
-        raise APIError(
-            "This model's chat template writes no tool calls that keras-gen "
-            "reads (Hermes and Qwen's <tool_call>, Mistral's [TOOL_CALLS], "
-            "Llama 3's JSON).",
-            param="tools",
-        )
+    try:
+        parser = tool_call_parser.parser_for(template_source)
+    except ValueError as error:
+        raise APIError(str(error), param="tools") from None
     if chosen is None:
         return tools, parser, None
     try:

@@ -150,14 +150,16 @@ def _literal(text):
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text).replace("\n", r"\n")
 
 
-def forced_call(tokenizer, tools, tool_choice):
-    """The regular expression a reply must match under `tool_choice`
-    (`"required"`: a call of one of `tools`; `{"type": "function",
-    "function": {"name": ...}}`: that one), or `None` (`"auto"`, `"none"`).
+def chosen_functions(tools, tool_choice):
+    """The functions (OpenAI's `function` objects of `tools`) a reply must
+    call one of under `tool_choice`: all for `"required"`, the named one
+    for `{"type": "function", "function": {"name": ...}}`; `None` for
+    `"auto"`, `"none"` or `None` (the reply is free).
 
     Raises:
-        ValueError: a choice without tools, a name not among them, or a
-            template that writes no call form keras-gen reads.
+        TypeError: `tools` is not a list of function tools.
+        ValueError: a choice without tools, a name not among them, or
+            another value.
     """
     if tool_choice in (None, "auto", "none"):
         return None
@@ -175,26 +177,44 @@ def forced_call(tokenizer, tools, tool_choice):
         )
     functions = {tool["function"]["name"]: tool["function"] for tool in tools}
     if tool_choice == "required":
-        chosen = list(functions.values())
-    elif isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        return list(functions.values())
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         name = (tool_choice.get("function") or {}).get("name")
         if name not in functions:
             raise ValueError(
                 f"`tool_choice` names no tool of `tools` ({sorted(functions)}). "
                 f"Received: {name!r}"
             )
-        chosen = [functions[name]]
-    else:
-        raise ValueError(
-            '`tool_choice` must be "auto", "none", "required" or '
-            '{"type": "function", "function": {"name": ...}}. '
-            f"Received: {tool_choice!r:.200}"
-        )
-    parser = ToolCallParser.for_template(tokenizer.chat_template.source)
+        return [functions[name]]
+    raise ValueError(
+        '`tool_choice` must be "auto", "none", "required" or '
+        '{"type": "function", "function": {"name": ...}}. '
+        f"Received: {tool_choice!r:.200}"
+    )
+
+
+def parser_for(template_source):
+    """`ToolCallParser.for_template`, or a `ValueError` saying the template
+    writes no call form keras-gen reads."""
+    parser = ToolCallParser.for_template(template_source)
     if parser is None:
         raise ValueError(
             "This model's chat template writes no tool calls that keras-gen "
             "reads (Hermes and Qwen's <tool_call>, Mistral's [TOOL_CALLS], "
-            "Llama 3's JSON), so `tool_choice` cannot force one."
+            "Llama 3's JSON)."
         )
-    return parser.constraint(chosen)
+    return parser
+
+
+def forced_call(tokenizer, tools, tool_choice):
+    """The regular expression a reply must match under `tool_choice` (one
+    call of the `chosen_functions`, in the template's form), or `None`
+    when the reply is free.
+
+    Raises:
+        TypeError, ValueError: see `chosen_functions` and `parser_for`.
+    """
+    chosen = chosen_functions(tools, tool_choice)
+    if chosen is None:
+        return None
+    return parser_for(tokenizer.chat_template.source).constraint(chosen)

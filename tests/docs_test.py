@@ -177,7 +177,20 @@ def test_a_background_block_is_stopped_with_the_page(tmp_path):
     )
     with pytest.raises(pytest.fail.Exception, match="exited with 127"):
         run_page(page, "page.md", tmp_path)
-    assert subprocess.run(["pgrep", "-f", f"http.server.*{tmp_path}"]).returncode == 1
+    assert not [
+        command
+        for command in pathlib.Path("/proc").glob("[0-9]*/cmdline")
+        if f"http.server -b 127.0.0.1 -d {tmp_path}" in _read(command)
+    ]
+
+
+def _read(cmdline):
+    """A process's command line (arguments joined by spaces), or "" if it
+    ended meanwhile."""
+    try:
+        return cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def anchors(text):

@@ -716,7 +716,10 @@ def _add_routes(app, engine, served, started, max_body_bytes, preparation):
             chat = asked.chat
             if chat.get("stream"):
                 chat = {**chat, "stream_options": {"include_usage": True}}
-            parsed = CompletionRequest(chat, "chat", served)
+            try:
+                parsed = CompletionRequest(chat, "chat", served)
+            except APIError as error:
+                raise asked.renamed(error) from None
             return (asked, parsed), _submit(engine, parsed)
 
         (asked, parsed), handles = await preparation.run(prepare)

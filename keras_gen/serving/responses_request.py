@@ -13,6 +13,8 @@ import uuid
 
 from keras_gen.serving.api_error import APIError
 
+# Chat fields a Responses request sets under another name.
+RENAMED = {"max_tokens": "max_output_tokens", "response_format": "text.format"}
 # Fields passed on to the chat request as they are.
 SAME_FIELDS = ("model", "temperature", "top_p", "stream", "parallel_tool_calls")
 
@@ -165,6 +167,19 @@ class ResponsesRequest:
         self.id = new_id("resp")
         self.created = int(time.time())
         self.body = body
+
+    def renamed(self, error):
+        """`error`, an `APIError` of the chat request, naming this request's
+        fields (`max_output_tokens`, `text.format`, `input`)."""
+        param = error.param or ""
+        name = "input" if param.startswith("messages") else RENAMED.get(param, param)
+        message = error.message
+        for chat, own in RENAMED.items():
+            message = message.replace(f"'{chat}'", f"'{own}'").replace(
+                f"`{chat}`", f"`{own}`"
+            )
+        error.param, error.message = name or None, message
+        return error
 
     def response(self, completion, status="completed"):
         """The response object of a chat completion's answer."""

@@ -149,3 +149,30 @@ def test_an_agent_loop(client):
     )  # fmt: skip
     assert second.status in ("completed", "incomplete")
     assert all(item.type != "function_call" for item in second.output)
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"max_output_tokens": -1}, "max_output_tokens"),
+        ({"max_output_tokens": 10**9}, "max_output_tokens"),
+        ({"temperature": 1e300}, "temperature"),
+        (
+            {
+                "text": {
+                    "format": {
+                        "type": "json_schema",
+                        "name": "a",
+                        "schema": {"type": "array", "minItems": 10**6},
+                    }
+                }
+            },
+            "text.format",
+        ),
+        ({"input": [{"type": "weird"}]}, "input[0]"),
+    ],
+)
+def test_responses_errors_name_the_responses_fields(client, fields, param):
+    with pytest.raises(openai.BadRequestError) as error:
+        client.responses.create(model="qwen", **{"input": "x", **fields})
+    assert error.value.param == param

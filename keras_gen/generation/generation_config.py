@@ -85,9 +85,10 @@ def _logit_bias(name, value):
 def _response_format(name, value):
     from keras_gen import processors
 
-    if not isinstance(value, (dict, list, tuple)):
+    if not isinstance(value, (dict, list, tuple, processors.StructuredOutput)):
         raise TypeError(
-            f"`{name}` must be a dict (or a list of them, one per prompt): "
+            f"`{name}` must be a dict (or a list of them, one per prompt) or "
+            "a `keras_gen.processors.StructuredOutput`: "
             f"{processors.response_format.FORMS}. Received: {value!r}"
         )
     try:
@@ -381,7 +382,8 @@ class GenerationConfig:
         _response_format,
         "processors",
         "Structured output: a JSON schema, JSON object, regex or choice "
-        "(OpenAI's or vLLM's form; a list: one per prompt).",
+        "(OpenAI's or vLLM's form; a list: one per prompt), or a "
+        "`StructuredOutput` (not saved with the config).",
         processor=("from_response_format", "value"),
     )
     # Stopping.
@@ -516,11 +518,14 @@ class GenerationConfig:
             )
 
     def to_dict(self):
-        """The set options, JSON-ready (what `generation_config.json` holds)."""
+        """The set options, JSON-ready (what `generation_config.json` holds;
+        a `StructuredOutput` object is left out)."""
+        from keras_gen.processors import StructuredOutput
+
         config = {}
         for name in OPTIONS:
             value = getattr(self, name)
-            if value is None:
+            if value is None or isinstance(value, StructuredOutput):
                 continue
             if name == "logit_bias":
                 value = {

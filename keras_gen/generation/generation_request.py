@@ -9,8 +9,11 @@ from keras import ops
 from keras_gen import backend
 from keras_gen.generation import prompts as prompts_lib
 from keras_gen.generation.stop_conditions import StopConditions
+from keras_gen.processors.structured_output import StructuredOutput
+from keras_gen.processors.triggered import Triggered
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.streaming.incremental_detokenizer import IncrementalDetokenizer
+from keras_gen.streaming.reasoning_splitter import reply_thinking
 
 # Stop ids enter the program as a fixed-size tensor padded with -1, so a
 # different set of stop ids (up to this many) does not recompile.
@@ -84,7 +87,9 @@ class GenerationRequest:
         self.row_ends = [end for end in self.ends for _ in range(n)]
         self.vocabulary_size = backbone.vocabulary_size
         self.num_prompts = len(prompts) // self.prompt_repeats
-        self.processors = tuple(p.for_request(self) for p in processors)
+        self.processors = tuple(
+            self._after_thinking(p).for_request(self) for p in processors
+        )
         keys = [p.state_key for p in self.processors if p.state_key is not None]
         if len(keys) != len(set(keys)):
             raise ValueError(
@@ -154,6 +159,17 @@ class GenerationRequest:
             inputs, self.tokenizer, chat
         )
         prompts_lib.check_prompts(prompts, vocabulary_size)
+        # Per prompt of a chat whose template thinks, whether its reply
+        # starts inside the thinking (else `None`).
+        self.thinking = [None] * len(prompts)
+        if self.form in (prompts_lib.CHAT, prompts_lib.CHATS):
+            source = self.tokenizer.chat_template.source
+            self.thinking = [
+                reply_thinking(
+                    source, self.tokenizer.decode(p, skip_special_tokens=False)
+                )
+                for p in prompts
+            ]
         n = config.num_return_sequences or 1
         # How many program rows run each prompt (before beam search's own).
         self.prompt_repeats = 1
@@ -168,6 +184,21 @@ class GenerationRequest:
             )
         self.rows_per_prompt = self.prompt_repeats = n
         return [prompt for prompt in prompts for _ in range(n)]
+
+    def _after_thinking(self, processor):
+        """A structured output for a chat whose template thinks: each
+        prompt's constraint applies once the reply's thinking ends."""
+        if not isinstance(processor, StructuredOutput) or all(
+            t is None for t in self.thinking
+        ):
+            return processor
+        constraints = processor.per_prompt(len(self.thinking))
+        return StructuredOutput(
+            [
+                c if c is None or t is None else Triggered.after_thinking(c, t)
+                for c, t in zip(constraints, self.thinking)
+            ]
+        )
 
     def _advance_rows(self, token_ids, limits):
         """Per row, the `[start, stop)` positions that became final."""

@@ -8,6 +8,10 @@ from outlines_core import Vocabulary
 
 from keras_gen.utils.lru_cache import LRUCache
 
+# Where a token without a transition of its own leads (`Automaton.defaults`):
+# nowhere (a token the state does not allow), or out of every constraint.
+TO_DEAD = -1
+TO_FREE = -2
 # Automata and vocabularies kept for reuse (least recently used dropped).
 MAX_AUTOMATA = 64
 MAX_VOCABULARIES = 4
@@ -35,6 +39,11 @@ _vocabularies = LRUCache(MAX_VOCABULARIES)
 _checked = LRUCache(4 * MAX_AUTOMATA)
 
 
+def cached(key, make):
+    """The automaton kept under `key`, or `make()`'s, kept."""
+    return _automata.get(key, make)
+
+
 def words(vocabulary_size):
     """How many 32-bit words hold one bit per token."""
     return -(-vocabulary_size // WORD_BITS)
@@ -42,12 +51,18 @@ def words(vocabulary_size):
 
 def pack_bits(token_lists, vocabulary_size):
     """`(len(token_lists), words)` int32: bit `t` set for each token `t`."""
-    bits = np.zeros((len(token_lists), words(vocabulary_size) * WORD_BITS), bool)
+    bits = np.zeros((len(token_lists), vocabulary_size), bool)
     for row, tokens in enumerate(token_lists):
         bits[row, tokens] = True
-    packed = np.packbits(
-        bits.reshape(len(token_lists), -1, WORD_BITS), axis=-1, bitorder="little"
-    )
+    return pack_mask(bits)
+
+
+def pack_mask(mask):
+    """`(rows, words)` int32 of a `(rows, vocab)` bool mask, bit-packed."""
+    rows, vocabulary_size = mask.shape
+    bits = np.zeros((rows, words(vocabulary_size) * WORD_BITS), bool)
+    bits[:, :vocabulary_size] = mask
+    packed = np.packbits(bits.reshape(rows, -1, WORD_BITS), axis=-1, bitorder="little")
     return packed.view("<u4")[..., 0].astype(np.uint32).view(np.int32)
 
 
@@ -208,8 +223,11 @@ class Automaton:
     `(count, 3)` int32 rows `(state, token, next state)` sorted by state
     then token; `accepting` `(states,)` bool marks the states where the
     text so far matches the whole expression (and a stop token may end the
-    row). Built once per (pattern, tokenizer, vocabulary size) with
-    outlines-core, and kept (`MAX_AUTOMATA` of them).
+    row). `defaults` `(states,)` int32 is where a token without a
+    transition of its own leads: `TO_DEAD` (the state does not allow it),
+    `TO_FREE`, or a state (an automaton that waits for a trigger, see
+    `keras_gen.kernels.triggers`). Built once per (pattern, tokenizer,
+    vocabulary size) with outlines-core, and kept (`MAX_AUTOMATA` of them).
 
     Examples:
     >>> automaton = Automaton.from_regex("[0-9]{2}", tokenizer, 2048)  # doctest: +SKIP
@@ -217,12 +235,15 @@ class Automaton:
     3
     """
 
-    def __init__(self, allowed, transitions, accepting, key=None):
+    def __init__(self, allowed, transitions, accepting, key=None, defaults=None):
         # What it was built from: automata with equal keys are equal.
         self.key = key
         self.allowed = allowed
         self.transitions = transitions
         self.accepting = accepting
+        if defaults is None:
+            defaults = np.full((len(accepting),), TO_DEAD, "int32")
+        self.defaults = defaults
 
     @property
     def num_states(self):

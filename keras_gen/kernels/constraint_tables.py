@@ -4,7 +4,9 @@ Rows of one batch may follow different automata (or none): each row
 carries a state number in one global numbering. State `FREE` allows every
 token and stays put; state `DEAD` (a token that an automaton does not
 allow, which masking prevents) allows only stop tokens. The automata's
-states follow, each automaton's from its own offset.
+states follow, each automaton's from its own offset. A token without a
+transition of its own leads to its state's default: `DEAD`, `FREE`, or,
+in an automaton that waits for a trigger, the waiting state.
 
 In the compiled step, `allowed_tokens` turns the rows' states into a
 `(rows, vocab)` mask and `next_states` advances them by the chosen tokens:
@@ -15,6 +17,7 @@ two, so another set of automata of similar size reuses the program.
 import numpy as np
 from keras import ops
 
+from keras_gen.kernels.automaton import TO_FREE
 from keras_gen.kernels.automaton import WORD_BITS
 from keras_gen.kernels.automaton import words
 from keras_gen.kernels.filters import token_mask
@@ -51,8 +54,9 @@ class ConstraintTables:
         arrays: a dict of numpy arrays, the program inputs: `allowed`
             `(states, words)` int32, `accepting` `(states,)` int32, `keys`
             `(transitions,)` int32 (`state * vocabulary_size + token`,
-            sorted, padded with `MAX_KEY`) and `targets` `(transitions,)`
-            int32 (the next state of each key).
+            sorted, padded with `MAX_KEY`), `targets` `(transitions,)`
+            int32 (the next state of each key) and `defaults` `(states,)`
+            int32 (the next state of a token without a key).
 
     Raises:
         ValueError: the automata hold more states or transitions than one
@@ -73,6 +77,8 @@ class ConstraintTables:
         allowed[FREE] = -1  # every bit
         accepting = np.zeros((states,), "int32")
         accepting[[FREE, DEAD]] = 1
+        defaults = np.full((states,), DEAD, "int32")
+        defaults[FREE] = FREE
         keys = np.full((transitions,), MAX_KEY, "int32")
         targets = np.full((transitions,), DEAD, "int32")
         filled = 0
@@ -80,6 +86,12 @@ class ConstraintTables:
             end = offset + automaton.num_states
             allowed[offset:end] = automaton.allowed
             accepting[offset:end] = automaton.accepting
+            local = automaton.defaults
+            defaults[offset:end] = np.where(
+                local >= 0,
+                local + offset,
+                np.where(local == TO_FREE, FREE, DEAD),
+            )
             rows = automaton.transitions.astype("int64")
             stop = filled + len(rows)
             keys[filled:stop] = (rows[:, 0] + offset) * vocabulary_size + rows[:, 1]
@@ -91,6 +103,7 @@ class ConstraintTables:
             "accepting": accepting,
             "keys": keys,
             "targets": targets,
+            "defaults": defaults,
         }
 
     @staticmethod
@@ -166,7 +179,7 @@ def constrain(processed, logits, allowed):
     return ops.where(banned, ops.where(allowed, logits, float("-inf")), constrained)
 
 
-def next_states(keys, targets, states, tokens, vocabulary_size, moved=None):
+def next_states(keys, targets, defaults, states, tokens, vocabulary_size, moved=None):
     """`(rows,)` states after each row's `tokens`; rows where `moved` is
     `False` (prompt tokens, finished rows) keep theirs."""
     states = ops.cast(states, "int32")
@@ -174,8 +187,11 @@ def next_states(keys, targets, states, tokens, vocabulary_size, moved=None):
     position = ops.cast(ops.searchsorted(keys, query), "int32")
     position = ops.minimum(position, ops.shape(keys)[0] - 1)
     found = ops.take(keys, position, axis=0) == query
-    following = ops.where(found, ops.take(targets, position, axis=0), DEAD)
-    following = ops.where(states == FREE, FREE, following)
+    following = ops.where(
+        found,
+        ops.take(targets, position, axis=0),
+        ops.take(defaults, states, axis=0),
+    )
     if moved is None:
         return following
     return ops.where(moved, following, states)

@@ -495,6 +495,7 @@ class CausalLM(keras.Model):
         tools=None,
         chat_template_kwargs=None,
         tool_choice=None,
+        parallel_tool_calls=True,
         **options,
     ):
         """Generate text or token ids from one prompt or a batch.
@@ -534,13 +535,18 @@ class CausalLM(keras.Model):
                 chat template (OpenAI's `{"type": "function", ...}`).
             chat_template_kwargs: for chat `inputs`: a dict of more
                 template variables, such as `{"enable_thinking": False}`.
-            tool_choice: for chat `inputs` with `tools`: `"required"` (or
-                `{"type": "function", "function": {"name": ...}}`) makes the
-                reply exactly one call of the tools (of that one), in the
-                template's form, its arguments valid under the tool's JSON
-                schema (a structured output); `"auto"` or `None` leaves the
-                reply free. `keras_gen.streaming.ToolCallParser` reads the
-                calls in a reply.
+            tool_choice: for chat `inputs` with `tools`: `"auto"` (or
+                `None`): the reply is free text, and a call the model opens
+                (in the template's form: `<tool_call>`, `[TOOL_CALLS]`,
+                Llama 3's `{`) is held to the tools' JSON schemas from there
+                on (a structured output); `"required"` (or `{"type":
+                "function", "function": {"name": ...}}`): the reply is calls
+                of the tools (of that one); `"none"`: no constraint. A
+                thinking template's constraint starts after `</think>`.
+                `return_dict=True` gives the parsed calls
+                (`GenerationOutput.messages`).
+            parallel_tool_calls: bool, whether a reply may hold more than
+                one call (default `True`).
             **options: `GenerationConfig` fields for this call, such as
                 `max_new_tokens`, `temperature`, `top_k`, `seed`,
                 `stop_strings` or `output_log_probs`. `stop_token_ids=None`
@@ -552,7 +558,7 @@ class CausalLM(keras.Model):
         >>> lm.generate("The sky", do_sample=True, top_p=0.9, seed=0)  # doctest: +SKIP
         """
         chat, options = self._chat_arguments(
-            tools, chat_template_kwargs, tool_choice, options
+            tools, chat_template_kwargs, tool_choice, parallel_tool_calls, options
         )
         request, sampler, config = self._prepare(
             inputs, generation_config, options, sampler, processors, draft_model, chat
@@ -585,6 +591,7 @@ class CausalLM(keras.Model):
         tools=None,
         chat_template_kwargs=None,
         tool_choice=None,
+        parallel_tool_calls=True,
         **options,
     ):
         """Generate step by step: an iterator of `GenerationOutput` chunks.
@@ -601,14 +608,16 @@ class CausalLM(keras.Model):
         ...     print(chunk.token_ids[0])
         """
         chat, options = self._chat_arguments(
-            tools, chat_template_kwargs, tool_choice, options
+            tools, chat_template_kwargs, tool_choice, parallel_tool_calls, options
         )
         request, sampler, config = self._prepare(
             inputs, generation_config, options, sampler, processors, draft_model, chat
         )
         return self._stream(request, None, config.max_time, stream_chunk_size, sampler)
 
-    def _chat_arguments(self, tools, chat_template_kwargs, tool_choice, options):
+    def _chat_arguments(
+        self, tools, chat_template_kwargs, tool_choice, parallel_tool_calls, options
+    ):
         """A call's arguments for the chat template, and its options with the
         structured output a forced tool call needs."""
         if chat_template_kwargs is not None and not isinstance(
@@ -618,18 +627,30 @@ class CausalLM(keras.Model):
                 "`chat_template_kwargs` must be a dict. Received: "
                 f"{chat_template_kwargs!r:.200}"
             )
-        chat = {"tools": tools, **(chat_template_kwargs or {})}
-        if tool_choice in (None, "auto", "none"):
-            return chat, options
-        if self.tokenizer is None:
-            raise ValueError("`tool_choice` needs a model with a tokenizer.")
-        if options.get("response_format") is not None:
-            raise ValueError(
-                "`tool_choice` forces the reply's form: give it or "
-                "`response_format`, not both."
+        if not isinstance(parallel_tool_calls, bool):
+            raise TypeError(
+                "`parallel_tool_calls` must be a bool. Received: "
+                f"{parallel_tool_calls!r:.200}"
             )
-        forced = tool_call_parser.forced_call(self.tokenizer, tools, tool_choice)
-        return chat, {**options, "response_format": {"regex": forced}}
+        chat = {"tools": tools, **(chat_template_kwargs or {})}
+        if tools is None and tool_choice in (None, "none"):
+            return chat, options
+        if self.tokenizer is None or self.tokenizer.chat_template is None:
+            raise ValueError("`tools` need a model with a chat template.")
+        forced = tool_choice not in (None, "auto", "none")
+        if options.get("response_format") is not None:
+            if forced:
+                raise ValueError(
+                    "`tool_choice` forces the reply's form: give it or "
+                    "`response_format`, not both."
+                )
+            return chat, options  # the format holds; calls are only parsed
+        constraint = tool_call_parser.call_constraint(
+            self.tokenizer, tools, tool_choice, parallel_tool_calls
+        )
+        if constraint is None:
+            return chat, options
+        return chat, {**options, "response_format": constraint}
 
     def _prepare(
         self, inputs, generation_config, options, sampler, processors, draft, chat

@@ -24,4 +24,5 @@ from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.processors.suppress_tokens import SuppressTokens
 from keras_gen.processors.top_k import TopK
 from keras_gen.processors.top_p import TopP
+from keras_gen.processors.triggered import Triggered
 from keras_gen.processors.typical import Typical

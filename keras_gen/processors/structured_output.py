@@ -82,7 +82,13 @@ class StructuredOutput(LogitsProcessor):
         """The regular expression every row's text must match."""
         raise NotImplementedError
 
-    def _per_prompt(self, count):
+    def automaton(self, tokenizer, vocabulary_size):
+        """The `keras_gen.kernels.automaton.Automaton` of this constraint
+        over `tokenizer`'s tokens (built once, then kept)."""
+        return Automaton.from_regex(self.pattern(), tokenizer, vocabulary_size)
+
+    def per_prompt(self, count):
+        """The constraint (or `None`) of each of `count` prompts."""
         if self.constraints is None:
             return [self] * count
         if len(self.constraints) != count:
@@ -100,14 +106,12 @@ class StructuredOutput(LogitsProcessor):
                 "or a tokenizer without an end token). Give `stop_token_ids`."
             )
         vocabulary_size = request.vocabulary_size
-        constraints = self._per_prompt(request.num_prompts)
+        constraints = self.per_prompt(request.num_prompts)
         automata = [
             (
                 None
                 if constraint is None
-                else Automaton.from_regex(
-                    constraint.pattern(), request.tokenizer, vocabulary_size
-                )
+                else constraint.automaton(request.tokenizer, vocabulary_size)
             )
             for constraint in constraints
         ]
@@ -185,7 +189,13 @@ class StructuredOutput(LogitsProcessor):
 
     def advance(self, state, token, moved):
         return next_states(
-            self.keys, self.targets, state, token, self.tables.vocabulary_size, moved
+            self.keys,
+            self.targets,
+            self.defaults,
+            state,
+            token,
+            self.tables.vocabulary_size,
+            moved,
         )
 
     def get_config(self):
@@ -204,17 +214,17 @@ class StructuredOutput(LogitsProcessor):
     def from_config(cls, config):
         if cls is not StructuredOutput:  # one constraint: its own arguments
             return cls(**config)
-        kinds = {kind.__name__: kind for kind in _subclasses(StructuredOutput)}
+        by_name = {kind.__name__: kind for kind in kinds()}
         return cls(
             [
-                None if c is None else kinds[c["class"]].from_config(c["config"])
+                None if c is None else by_name[c["class"]].from_config(c["config"])
                 for c in config["constraints"]
             ]
         )
 
 
-def _subclasses(cls):
-    """Every subclass of `cls`, at any depth (the kinds of constraint)."""
+def kinds(cls=StructuredOutput):
+    """Every subclass of `cls`, at any depth: the kinds of constraint."""
     for subclass in cls.__subclasses__():
         yield subclass
-        yield from _subclasses(subclass)
+        yield from kinds(subclass)

@@ -99,9 +99,10 @@ def read_messages(messages):
 def read_tools(body, template_source):
     """`(tools, parser, constraint)` of a chat request: the tools for the
     template (`None` without), the `ToolCallParser` of the template's form
-    when the reply may call them, and the regular expression a reply must
-    match when it must call one (`tool_choice` `"required"` or a named
-    function), else `None`."""
+    when the reply may call them, and the structured output of the reply's
+    calls (`ToolCallParser.constraint`: forced by `tool_choice`
+    `"required"` or a named function, from where the model opens a call
+    with `"auto"`), else `None`."""
     tools = body.get("tools")
     choice = body.get("tool_choice")
     if tools is None:
@@ -133,7 +134,8 @@ def read_tools(body, template_source):
                 f"Two tools are named '{function['name']}'.", param=f"tools[{i}]"
             )
         functions[function["name"]] = function
-    if not isinstance(body.get("parallel_tool_calls", True), bool):
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
         raise APIError(
             "'parallel_tool_calls' must be a boolean.", param="parallel_tool_calls"
         )
@@ -147,12 +149,16 @@ def read_tools(body, template_source):
         parser = tool_call_parser.parser_for(template_source)
     except ValueError as error:
         raise APIError(str(error), param="tools") from None
-    if chosen is None:
-        return tools, parser, None
+    forced = chosen is not None
     try:
-        return tools, parser, parser.constraint(chosen)
+        constraint = parser.constraint(
+            chosen or list(functions.values()), forced=forced, parallel=parallel
+        )
     except (TypeError, ValueError) as error:
+        if not forced:  # too large to hold: the calls are only parsed
+            return tools, parser, None
         raise APIError(
             f"A tool's 'parameters' cannot constrain the call: {error}",
             param="tools",
         ) from None
+    return tools, parser, constraint

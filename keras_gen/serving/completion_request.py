@@ -3,9 +3,11 @@
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.generation.generation_config import OPTIONS
 from keras_gen.generation.generation_config import GenerationConfig
+from keras_gen.processors.response_format import from_response_format
+from keras_gen.processors.triggered import Triggered
 from keras_gen.serving import chat_tools
 from keras_gen.serving.api_error import APIError
-from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
+from keras_gen.streaming.reasoning_splitter import reply_thinking
 
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 5
@@ -196,9 +198,8 @@ class CompletionRequest:
             except (TypeError, ValueError) as error:  # the template's own errors
                 raise APIError(str(error), param="messages") from None
             self.prompts = [model.tokenizer.encode(text, add_special_tokens=False)]
-            splitter = ReasoningSplitter.for_prompt(template.source, text)
             # Templates that think: whether a reply starts inside the tags.
-            self.thinking = None if splitter is None else splitter.state == "thinking"
+            self.thinking = reply_thinking(template.source, text)
             yield from template.stop_strings
             return
         prompt = body.get("prompt")
@@ -370,8 +371,11 @@ class CompletionRequest:
                 given[name] = {key: body[name]}
         if body.get("guided_json_object"):  # an older vLLM spelling
             given["guided_json_object"] = {"json_object": True}
-        if self.tool_constraint is not None:  # the call is the structure
-            given["tool_choice"] = {"regex": self.tool_constraint}
+        # A forced call is the reply's structure; calls the model may make
+        # are held to their schemas unless the request gives another.
+        tools = self.tool_constraint
+        if tools is not None and (tools.required or not given):
+            given["tool_choice"] = tools
         if len(given) > 1:
             raise APIError(
                 f"Give one structured output: received {sorted(given)}.",
@@ -380,11 +384,19 @@ class CompletionRequest:
         if not given:
             return None, None
         ((field, value),) = given.items()
-        if value.get("grammar") is not None:
+        if isinstance(value, dict) and value.get("grammar") is not None:
             raise APIError(
                 "Grammars are not supported: give a JSON schema, a regex or a choice.",
                 param=field,
             )
+        if self.thinking is None:
+            return field, value
+        try:
+            value = from_response_format(value)
+        except (TypeError, ValueError) as error:
+            raise APIError(f"Invalid value: {error}", param=field) from None
+        if value is not None:  # the answer after the thinking
+            value = Triggered.after_thinking(value, self.thinking)
         return field, value
 
     def _read_processors(self, body, registered):

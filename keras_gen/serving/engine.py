@@ -26,7 +26,6 @@ from keras_gen.generation.generation_request import MIN_PREFILL_LENGTH
 from keras_gen.generation.generation_request import STOP_TOKEN_SLOTS
 from keras_gen.generation.generation_request import GenerationRequest
 from keras_gen.generation.program_cache import ProgramCache
-from keras_gen.kernels.automaton import Automaton
 from keras_gen.kernels.automaton import words
 from keras_gen.kernels.constraint_tables import FREE
 from keras_gen.kernels.constraint_tables import MAX_KEY
@@ -993,10 +992,7 @@ def _automaton(structured, reader, lm):
             "Structured output ends a row with a stop token once the text is "
             "complete: this request has none. Give `stop_token_ids`."
         )
-    automaton = Automaton.from_regex(
-        constraint.pattern(), lm.tokenizer, lm.backbone.vocabulary_size
-    )
-    return automaton
+    return constraint.automaton(lm.tokenizer, lm.backbone.vocabulary_size)
 
 
 def _settings(sampler, reader):

@@ -343,6 +343,9 @@ class _Completion:
             text, calls = piece["text"], None
             if self.parser is not None:
                 text, calls, reason = self._tool_piece(r, reason)
+            shows = text or piece.get("reasoning") or calls or reason
+            if not (shows or logprobs or outputs):  # all held back
+                continue
             choices.append(
                 self._choice(
                     r,

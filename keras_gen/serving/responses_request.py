@@ -16,7 +16,10 @@ from keras_gen.serving.api_error import APIError
 # Chat fields a Responses request sets under another name.
 RENAMED = {"max_tokens": "max_output_tokens", "response_format": "text.format"}
 # Fields passed on to the chat request as they are.
-SAME_FIELDS = ("model", "temperature", "top_p", "stream", "parallel_tool_calls")
+SAME_FIELDS = (
+    "model", "temperature", "top_p", "stream", "parallel_tool_calls",
+    "chat_template_kwargs",
+)  # fmt: skip
 
 
 def new_id(prefix):

@@ -9,7 +9,7 @@ class ReasoningSplitter:
     Models whose chat templates think (Qwen3, QwQ, DeepSeek-R1) write
     `<think>...</think>` before the answer; some templates open the tag in
     the prompt, so the reply starts inside it. Text inside the tags is
-    reasoning, the rest content; the tags and the newlines right after
+    reasoning, the rest content; the tags and the whitespace right after
     them are dropped. A tag split across chunks is held back until it is
     certain, so no tag text ever leaks into either part.
 
@@ -28,15 +28,7 @@ class ReasoningSplitter:
     def __init__(self, thinking=False):
         self.state = "thinking" if thinking else "before"
         self.held = ""
-        self.after_tag = thinking  # drop the newlines that follow a tag
-
-    @classmethod
-    def for_prompt(cls, template_source, prompt_text):
-        """A splitter for a reply to `prompt_text` when the template thinks
-        (writes `</think>`), else `None`."""
-        if END not in template_source:
-            return None
-        return cls(thinking=prompt_text.rfind(START) > prompt_text.rfind(END))
+        self.after_tag = thinking  # drop the whitespace that follows a tag
 
     def feed(self, text):
         """`(reasoning, content)`: what `text` adds to each, as far as is
@@ -45,7 +37,7 @@ class ReasoningSplitter:
         reasoning = content = ""
         while text:
             if self.after_tag:
-                text = text.lstrip("\n")
+                text = text.lstrip()
                 self.after_tag = not text
                 continue
             if self.state == "before":
@@ -83,6 +75,17 @@ class ReasoningSplitter:
         if self.state == "thinking":
             return held, ""
         return "", held
+
+
+def reply_thinking(template_source, prompt_text):
+    """Whether a reply to `prompt_text` thinks: `True` when the prompt
+    opened the tags (the reply starts inside them), `False` when the reply
+    may open them, `None` when the template does not think (writes no
+    `</think>`) or the prompt ends with the tags closed (thinking turned
+    off, as Qwen3's `enable_thinking=False`)."""
+    if END not in template_source or prompt_text.rstrip().endswith(END):
+        return None
+    return prompt_text.rfind(START) > prompt_text.rfind(END)
 
 
 def partial_tag_length(text, tag):

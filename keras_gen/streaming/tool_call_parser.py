@@ -4,6 +4,9 @@ import json
 import re
 
 from keras_gen.kernels.json_schema import schema_regex
+from keras_gen.processors.choice import escape
+from keras_gen.processors.regex import Regex
+from keras_gen.processors.triggered import Triggered
 from keras_gen.streaming.reasoning_splitter import partial_tag_length
 
 # The forms, by what the chat template writes: Hermes / Qwen
@@ -73,18 +76,13 @@ class ToolCallParser:
             return cls(LLAMA3)
         return None
 
-    @property
-    def marker(self):
-        """Text where a call may start: a stream holds text back from it."""
-        return {HERMES: "<tool_call>", MISTRAL: "[TOOL_CALLS]", LLAMA3: "{"}[self.form]
-
     def content_length(self, text):
         """How much of `text`, a reply still streaming, is certainly content:
         everything before a call starts, or may be starting."""
-        start = text.find(self.marker)
+        start = text.find(self.opener)
         if start >= 0:
             return start
-        return len(text) - partial_tag_length(text, self.marker)
+        return len(text) - partial_tag_length(text, self.opener)
 
     def parse(self, text):
         """`(content, calls)`: the text around the calls (`None` when it is
@@ -121,33 +119,65 @@ class ToolCallParser:
             content = "" if calls else text
         return (content if content.strip() else None), calls
 
-    def constraint(self, tools):
-        """A regular expression of exactly one call of one of `tools` (each
-        `{"name", "parameters"}`: OpenAI's `function` objects), in this
-        form, its arguments valid under the tool's JSON schema."""
+    @property
+    def opener(self):
+        """The text that opens a reply's calls (Llama 3's is the call's own
+        first character)."""
+        return {HERMES: "<tool_call>", MISTRAL: "[TOOL_CALLS]", LLAMA3: "{"}[self.form]
+
+    def constraint(self, functions, forced=False, parallel=True):
+        """The structured output of a reply that may (or, `forced`, must)
+        call `functions`, in this form, each call's arguments valid under
+        its function's JSON schema.
+
+        The text after the opener is constrained from the moment the model
+        writes it (a `keras_gen.processors.Triggered`): one call, or with
+        `parallel` one or more, and then the end of the reply. A forced
+        reply starts with the opener; otherwise Hermes and Mistral calls may
+        follow some text, and a Llama 3 reply is a call when it starts with
+        `{`.
+
+        Args:
+            functions: OpenAI's `function` objects (`{"name",
+                "parameters"}`), as `chosen_functions` returns them.
+            forced: bool, the reply must call one of them.
+            parallel: bool, the reply may hold more than one call.
+
+        Raises:
+            ValueError: a schema outlines-core cannot compile, or calls too
+                large to constrain.
+        """
         arguments_key = "parameters" if self.form == LLAMA3 else "arguments"
-        calls = [
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": tool["name"]},
-                    arguments_key: tool.get("parameters") or {"type": "object"},
-                },
-                "required": ["name", arguments_key],
-            }
-            for tool in tools
-        ]
-        call = schema_regex(calls[0] if len(calls) == 1 else {"anyOf": calls})
+
+        def calls(opened):
+            """Each function's call as one alternative, without its `{`
+            when `opened`."""
+            return (
+                "(?:"
+                + "|".join(
+                    ("" if opened else r"\{")
+                    + escape(f'"name": "{function["name"]}", "{arguments_key}": ')
+                    + schema_regex(function.get("parameters") or {"type": "object"})
+                    + r"\}"
+                    for function in functions
+                )
+                + ")"
+            )
+
+        call = calls(opened=False)
         if self.form == HERMES:
-            return _literal("<tool_call>\n") + f"({call})" + _literal("\n</tool_call>")
-        if self.form == MISTRAL:
-            return _literal("[TOOL_CALLS] [") + f"({call})" + _literal("]")
-        return call
-
-
-def _literal(text):
-    """`text` as a regular expression that matches it alone."""
-    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text).replace("\n", r"\n")
+            block = rf"\n{call}\n</tool_call>"
+            after = block + (rf"(?:[ \n]*<tool_call>{block})*" if parallel else "")
+        elif self.form == MISTRAL:
+            after = r" ?\[" + call + (f"(?:, {call})*" if parallel else "") + r"\]"
+        else:
+            after = calls(opened=True) + (f"(?:; ?{call})*" if parallel else "")
+        return Triggered(
+            Regex(after),
+            self.opener,
+            at_start=forced or self.form == LLAMA3,
+            required=forced,
+        )
 
 
 def chosen_functions(tools, tool_choice):
@@ -206,15 +236,26 @@ def parser_for(template_source):
     return parser
 
 
-def forced_call(tokenizer, tools, tool_choice):
-    """The regular expression a reply must match under `tool_choice` (one
-    call of the `chosen_functions`, in the template's form), or `None`
-    when the reply is free.
+def call_constraint(tokenizer, tools, tool_choice, parallel=True):
+    """The structured output of a reply under `tool_choice`
+    (`ToolCallParser.constraint` of the template's form): one or more calls
+    of the `chosen_functions` with `"required"` or a named function, calls
+    of any tool from where the model opens one with `"auto"` (or `None`);
+    `None` without tools, with `"none"`, or (`"auto"`) a template that
+    writes no calls keras-gen reads.
 
     Raises:
-        TypeError, ValueError: see `chosen_functions` and `parser_for`.
+        TypeError, ValueError: see `chosen_functions`, `parser_for` and
+            `ToolCallParser.constraint`.
     """
     chosen = chosen_functions(tools, tool_choice)
     if chosen is None:
-        return None
-    return parser_for(tokenizer.chat_template.source).constraint(chosen)
+        if not tools or tool_choice == "none":
+            return None
+        parser = ToolCallParser.for_template(tokenizer.chat_template.source)
+        if parser is None:
+            return None
+        chosen = chosen_functions(tools, "required")
+        return parser.constraint(chosen, forced=False, parallel=parallel)
+    parser = parser_for(tokenizer.chat_template.source)
+    return parser.constraint(chosen, forced=True, parallel=parallel)

@@ -36,6 +36,7 @@ def step(tables, states, tokens, stops):
     following = next_states(
         arrays["keys"],
         arrays["targets"],
+        arrays["defaults"],
         ops.convert_to_tensor(states),
         ops.convert_to_tensor(tokens),
         size,

@@ -72,7 +72,8 @@ def test_a_batch_of_conversations_and_its_stream(llama3_lm):
 def test_tools_and_template_keywords_reach_the_template(tmp_path):
     lm = chat_lm("qwen", tmp_path)
     for arguments in (
-        {"tools": [WEATHER]},
+        # "none": the calls are not constrained (that needs a stop token).
+        {"tools": [WEATHER], "tool_choice": "none"},
         {"chat_template_kwargs": {"enable_thinking": False}},
     ):
         record = lm.generate(
@@ -130,8 +131,12 @@ def test_a_forced_tool_call_parses_and_validates(tmp_path):
     }
     tools = [{"type": "function", "function": {"name": "w", "parameters": schema}}]
     options = dict(tools=tools, max_new_tokens=80, do_sample=True, temperature=1.0)
-    for seed in range(3):
-        reply = lm.generate(QUESTION, tool_choice="required", seed=seed, **options)
+    options.update(chat_template_kwargs={"enable_thinking": False})
+    for seed in range(3):  # one call (`parallel_tool_calls=False`)
+        reply = lm.generate(
+            QUESTION, tool_choice="required", seed=seed, parallel_tool_calls=False,
+            **options,
+        )  # fmt: skip
         content, (call,) = parser.parse(reply)
         assert content is None and call["name"] == "w"
         jsonschema.validate(call["arguments"], schema)

@@ -17,6 +17,9 @@ from tests.serving.tool_calls_test import TOOLS  # noqa: E402
 
 pytestmark = pytest.mark.only_backend("jax")
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+# The template thinks; most of these tests turn it off (the random model
+# rarely closes it, and what is constrained comes after it).
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 FLAT_TOOLS = [{"type": "function", **tool["function"]} for tool in TOOLS]
 
 
@@ -41,10 +44,14 @@ def test_chat_and_its_stream(client):
     "choice", ["required", {"type": "function", "function": {"name": "get_time"}}]
 )
 def test_forced_tool_calls(client, choice):
-    answer = client.chat.completions.create(
+    # One call (`parallel_tool_calls=False`), with the template's thinking
+    # turned off (the random model rarely closes it).
+    options = dict(
         model="qwen", messages=QUESTION, tools=TOOLS, tool_choice=choice,
-        temperature=1.0, seed=3, max_tokens=150,
+        temperature=1.0, seed=3, max_tokens=150, parallel_tool_calls=False,
+        extra_body=NO_THINKING,
     )  # fmt: skip
+    answer = client.chat.completions.create(**options)
     (call,) = answer.choices[0].message.tool_calls
     assert answer.choices[0].finish_reason == "tool_calls"
     jsonschema.validate(
@@ -52,10 +59,7 @@ def test_forced_tool_calls(client, choice):
     )
     if isinstance(choice, dict):
         assert call.function.name == "get_time"
-    stream = client.chat.completions.create(
-        model="qwen", messages=QUESTION, tools=TOOLS, tool_choice=choice,
-        temperature=1.0, seed=3, max_tokens=150, stream=True,
-    )  # fmt: skip
+    stream = client.chat.completions.create(**options, stream=True)
     deltas = [c.choices[0].delta for c in stream if c.choices]
     (streamed,) = [d.tool_calls for d in deltas if d.tool_calls]
     assert streamed[0].function.name == call.function.name
@@ -112,6 +116,7 @@ def test_responses_structured_text(client):
     response = client.responses.create(
         model="qwen", input="A city?", max_output_tokens=60, temperature=1.0,
         text={"format": {"type": "json_schema", "name": "city", "schema": schema}},
+        extra_body=NO_THINKING,
     )  # fmt: skip
     jsonschema.validate(json.loads(response.output_text), schema)
 
@@ -121,7 +126,8 @@ def test_an_agent_loop(client):
     messages = list(QUESTION)
     answer = client.chat.completions.create(
         model="qwen", messages=messages, tools=TOOLS, tool_choice="required",
-        temperature=1.0, seed=0, max_tokens=150,
+        temperature=1.0, seed=0, max_tokens=150, parallel_tool_calls=False,
+        extra_body=NO_THINKING,
     )  # fmt: skip
     message = answer.choices[0].message
     (call,) = message.tool_calls
@@ -139,6 +145,7 @@ def test_an_agent_loop(client):
     first = client.responses.create(
         model="qwen", input="What is the weather in Paris?", tools=FLAT_TOOLS,
         tool_choice="required", temperature=1.0, max_output_tokens=150,
+        parallel_tool_calls=False, extra_body=NO_THINKING,
     )  # fmt: skip
     (item,) = [item for item in first.output if item.type == "function_call"]
     jsonschema.validate(json.loads(item.arguments), SCHEMAS[item.name])

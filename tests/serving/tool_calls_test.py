@@ -12,6 +12,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from keras_gen.serving import create_app  # noqa: E402
 from tests.models.causal_lm_chat_test import chat_lm  # noqa: E402
+from tests.script_processor import Script  # noqa: E402
 from tests.serving.openai_app_test import events  # noqa: E402
 from tests.serving.openai_app_test import running  # noqa: E402
 
@@ -46,19 +47,31 @@ TIME = {
 TOOLS = [WEATHER, TIME]
 SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+# The template thinks: the calls are held to their schemas after
+# `</think>`. These tests turn the thinking off (a random model rarely
+# closes it).
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+OPENING = "Let me check.\n<tool_call>"
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     # The tools' schemas take ~500 of the tiny vocabulary's tokens.
     lm = chat_lm("qwen", tmp_path_factory.mktemp("qwen"), max_sequence_length=1024)
-    app = create_app(lm, model_name="qwen", max_batch_size=8, max_length=1024)
+    opening = Script(lm.tokenizer.encode(OPENING))
+    app = create_app(
+        lm, model_name="qwen", max_batch_size=8, max_length=1024,
+        logits_processors={"opening": opening},
+    )  # fmt: skip
     with running(app) as client:
         yield client
 
 
 def chat(client, **fields):
-    body = {"model": "qwen", "messages": MESSAGES, "tools": TOOLS, **fields}
+    body = {
+        "model": "qwen", "messages": MESSAGES, "tools": TOOLS, **NO_THINKING,
+        **fields,
+    }  # fmt: skip
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     return response.json()["choices"]
@@ -69,7 +82,7 @@ def test_required_calls_always_parse_and_validate(client):
     for seed in range(10):  # 50 samples at temperature 1
         for choice in chat(
             client, tool_choice="required", n=5, temperature=1.0, seed=seed,
-            max_tokens=150,
+            max_tokens=150, parallel_tool_calls=False,
         ):  # fmt: skip
             assert choice["finish_reason"] == "tool_calls"
             assert choice["message"]["content"] is None
@@ -84,12 +97,51 @@ def test_required_calls_always_parse_and_validate(client):
     assert set(calls) == {"get_weather", "get_time"}  # random, both chosen
 
 
+def test_parallel_calls_each_validate(client):
+    counts = []
+    for choice in chat(
+        client, tool_choice="required", n=8, temperature=1.0, seed=0, max_tokens=400
+    ):
+        if choice["finish_reason"] != "tool_calls":  # ran out of tokens
+            continue
+        calls = choice["message"]["tool_calls"]
+        for call in calls:
+            name = call["function"]["name"]
+            jsonschema.validate(
+                json.loads(call["function"]["arguments"]), SCHEMAS[name]
+            )
+        assert len({call["id"] for call in calls}) == len(calls)
+        counts.append(len(calls))
+    assert counts and max(counts) > 1  # a random model makes several
+
+
+def test_auto_holds_a_call_the_model_opens_to_its_schema(client):
+    # The reply's start is scripted up to the opened call; the model
+    # (random) writes the rest under the tools' schemas.
+    for seed in range(5):
+        (choice,) = chat(
+            client, tool_choice="auto", temperature=1.0, seed=seed, max_tokens=150,
+            processors={"opening": {}}, parallel_tool_calls=False,
+        )  # fmt: skip
+        assert choice["finish_reason"] == "tool_calls", choice
+        assert choice["message"]["content"] == "Let me check.\n"
+        for call in choice["message"]["tool_calls"]:
+            name = call["function"]["name"]
+            jsonschema.validate(
+                json.loads(call["function"]["arguments"]), SCHEMAS[name]
+            )
+    # Without the call opened, the reply is free text.
+    (free,) = chat(client, tool_choice="auto", temperature=1.0, seed=0, max_tokens=8)
+    assert free["finish_reason"] == "length" and free["message"]["content"]
+
+
 def test_a_named_function_is_the_one_called(client):
     named = {"type": "function", "function": {"name": "get_time"}}
     for choice in chat(client, tool_choice=named, n=3, temperature=1.0, seed=0):
-        (call,) = choice["message"]["tool_calls"]
-        assert call["function"]["name"] == "get_time"
-        assert json.loads(call["function"]["arguments"])["zone"] in ("UTC", "CET")
+        for call in choice["message"]["tool_calls"]:  # one or more
+            assert call["function"]["name"] == "get_time"
+            zone = json.loads(call["function"]["arguments"])["zone"]
+            assert zone in ("UTC", "CET")
 
 
 CALLED = (
@@ -112,6 +164,7 @@ def test_auto_parses_what_the_model_writes(client):
         "arguments": json.dumps({"city": "Paris", "days": 2}),
     }
     body = {"model": "qwen", "messages": MESSAGES, "tools": TOOLS, "stream": True}
+    body.update(NO_THINKING)
     with client.stream("POST", "/v1/chat/completions", json={**body, **fields}) as r:
         chunks = [c for c in events(r)[:-1] if c["choices"]]
     deltas = [c["choices"][0]["delta"] for c in chunks]

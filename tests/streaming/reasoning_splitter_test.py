@@ -1,6 +1,7 @@
 import pytest
 
 from keras_gen.streaming.reasoning_splitter import ReasoningSplitter
+from keras_gen.streaming.reasoning_splitter import reply_thinking
 
 CASES = [
     # (reply, thinking in the prompt, reasoning, content)
@@ -48,7 +49,8 @@ def test_any_chunking_splits_alike(reply, thinking, reasoning, content):
 @pytest.mark.only_backend("jax")
 def test_the_prompt_says_whether_the_reply_starts_thinking():
     template = "{% if add_generation_prompt %}<think>\n{% endif %}... </think>"
-    assert ReasoningSplitter.for_prompt("no tags", "x") is None
-    assert ReasoningSplitter.for_prompt(template, "Q<think>\n").state == "thinking"
+    assert reply_thinking("no tags", "x") is None
+    assert reply_thinking(template, "Q<think>\n") is True
+    assert reply_thinking(template, "Q") is False  # the reply may open them
     closed = "Q<think>\n\n</think>\n\n"  # Qwen3 with enable_thinking=False
-    assert ReasoningSplitter.for_prompt(template, closed).state == "before"
+    assert reply_thinking(template, closed) is None

@@ -136,19 +136,7 @@ PHI3 = """\
 
 # kind -> (template, special tokens, bos, eos, the bos the tokenizer adds)
 FAMILIES = {
-    "qwen": (
-        QWEN,
-        [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<think>",
-            "</think>",
-            "<tool_call>",
-            "</tool_call>",
-        ],
-        None,
-        "<|im_end|>",
-    ),
+    "qwen": (QWEN, ["<|im_start|>", "<|im_end|>"], None, "<|im_end|>"),
     "llama3": (
         LLAMA3,
         ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
@@ -185,6 +173,9 @@ FAMILIES = {
     ),
 }
 
+# kind -> tokens of their own that are not special (they decode as text).
+ADDED = {"qwen": ["<think>", "</think>", "<tool_call>", "</tool_call>"]}
+
 CORPUS = [
     "What is the weather in Paris today? It is sunny and warm.",
     "You are a helpful assistant. Answer briefly.",
@@ -210,6 +201,13 @@ def folder(kind, path):
         initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(CORPUS, trainer)
+    # Tokens of their own that decode as text, as Qwen's are.
+    tokenizer.add_tokens(
+        [
+            tokenizers.AddedToken(token, special=False, normalized=False)
+            for token in ADDED.get(kind, ())
+        ]
+    )
     if bos is not None:
         tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
             single=f"{bos} $A", special_tokens=[(bos, tokenizer.token_to_id(bos))]

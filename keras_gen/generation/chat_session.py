@@ -12,7 +12,9 @@ DEFAULT_REPLY_TOKENS = 256
 
 class ChatSession:
     """A conversation that keeps its history: each `send` (or `stream`)
-    adds the user's message and the model's reply.
+    adds the user's message and the model's reply (the assistant message of
+    `GenerationOutput.messages`: a thinking template's reasoning apart from
+    its content).
 
     The prompt is the whole history rendered with the model's chat template
     (`lm.generate(messages)`). When it no longer leaves room for a reply in
@@ -71,13 +73,17 @@ class ChatSession:
         except ValueError:
             self.messages.pop()
             raise
-        reply = []
+        reply, message = [], None
         try:
             for chunk in self.lm.stream(self._conversation(), self.options, **options):
                 reply.append(chunk.text[0])
+                message = chunk.messages[0] if chunk.messages else None
                 yield chunk
         finally:
-            self.messages.append({"role": "assistant", "content": "".join(reply)})
+            # The whole reply's message (its reasoning apart), or what came
+            # of a reply left early.
+            message = message or {"role": "assistant", "content": "".join(reply)}
+            self.messages.append(message)
 
     def _conversation(self):
         return self._with_system(self.messages)

@@ -11,9 +11,11 @@ from keras_gen.generation import prompts as prompts_lib
 from keras_gen.generation.stop_conditions import StopConditions
 from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.processors.triggered import Triggered
+from keras_gen.streaming.assistant_message import assistant_message
 from keras_gen.streaming.generation_output import GenerationOutput
 from keras_gen.streaming.incremental_detokenizer import IncrementalDetokenizer
 from keras_gen.streaming.reasoning_splitter import reply_thinking
+from keras_gen.streaming.tool_call_parser import ToolCallParser
 
 # Stop ids enter the program as a fixed-size tensor padded with -1, so a
 # different set of stop ids (up to this many) does not recompile.
@@ -66,13 +68,16 @@ class GenerationRequest:
     at their length limit ("length").
     """
 
-    def __init__(self, lm, inputs, config, sampler, processors, seed=None, chat=None):
+    def __init__(
+        self, lm, inputs, config, sampler, processors, seed=None, chat=None,
+        tool_choice=None,
+    ):  # fmt: skip
         self.tokenizer = lm.tokenizer
         backbone = lm.backbone
         self.outputs = config.outputs
         self.top_logprobs = config.top_logprobs
         prompts = self._read_prompts(
-            inputs, config, sampler, backbone.vocabulary_size, chat
+            inputs, config, sampler, backbone.vocabulary_size, chat, tool_choice
         )
         limit = backbone.max_sequence_length
         self.ends = prompts_lib.row_ends(
@@ -152,7 +157,9 @@ class GenerationRequest:
             **self.stop_conditions.program_inputs(),
         }
 
-    def _read_prompts(self, inputs, config, sampler, vocabulary_size, chat):
+    def _read_prompts(
+        self, inputs, config, sampler, vocabulary_size, chat, tool_choice
+    ):
         """The program's prompts; sets the input's form and width, and the
         output rows per prompt."""
         prompts, self.form, self.width = prompts_lib.read_prompts(
@@ -160,10 +167,14 @@ class GenerationRequest:
         )
         prompts_lib.check_prompts(prompts, vocabulary_size)
         # Per prompt of a chat whose template thinks, whether its reply
-        # starts inside the thinking (else `None`).
+        # starts inside the thinking (else `None`); the reader of the
+        # replies' tool calls.
         self.thinking = [None] * len(prompts)
+        self.tool_parser = None
         if self.form in (prompts_lib.CHAT, prompts_lib.CHATS):
             source = self.tokenizer.chat_template.source
+            if (chat or {}).get("tools") and tool_choice != "none":
+                self.tool_parser = ToolCallParser.for_template(source)
             self.thinking = [
                 reply_thinking(
                     source, self.tokenizer.decode(p, skip_special_tokens=False)
@@ -277,6 +288,13 @@ class GenerationRequest:
                 prompt + token_ids[r, len(prompt) : self.emitted[r]].tolist()
                 for r, prompt in enumerate(self.row_prompts)
             ]
+            if self.form in (prompts_lib.CHAT, prompts_lib.CHATS):
+                record.messages = [
+                    assistant_message(
+                        text, self.thinking[r // self.rows_per_prompt], self.tool_parser
+                    )
+                    for r, text in enumerate(self.shown_text)
+                ]
         return record
 
     def _text(self, row, new_token_ids):

@@ -561,8 +561,9 @@ class CausalLM(keras.Model):
             tools, chat_template_kwargs, tool_choice, parallel_tool_calls, options
         )
         request, sampler, config = self._prepare(
-            inputs, generation_config, options, sampler, processors, draft_model, chat
-        )
+            inputs, generation_config, options, sampler, processors, draft_model,
+            chat, tool_choice,
+        )  # fmt: skip
         if streamer is not None or config.max_time is not None:
             chunks = self._stream(
                 request, streamer, config.max_time, stream_chunk_size, sampler
@@ -611,8 +612,9 @@ class CausalLM(keras.Model):
             tools, chat_template_kwargs, tool_choice, parallel_tool_calls, options
         )
         request, sampler, config = self._prepare(
-            inputs, generation_config, options, sampler, processors, draft_model, chat
-        )
+            inputs, generation_config, options, sampler, processors, draft_model,
+            chat, tool_choice,
+        )  # fmt: skip
         return self._stream(request, None, config.max_time, stream_chunk_size, sampler)
 
     def _chat_arguments(
@@ -653,14 +655,15 @@ class CausalLM(keras.Model):
         return chat, {**options, "response_format": constraint}
 
     def _prepare(
-        self, inputs, generation_config, options, sampler, processors, draft, chat
-    ):
+        self, inputs, generation_config, options, sampler, processors, draft, chat,
+        tool_choice,
+    ):  # fmt: skip
         """The host-side request, sampler and options of one call."""
         config, sampler, processors, seed = self._resolve(
             generation_config, options, sampler, processors, draft
         )
         request = GenerationRequest(
-            self, inputs, config, sampler, processors, seed, chat
+            self, inputs, config, sampler, processors, seed, chat, tool_choice
         )
         return request, sampler, config
 

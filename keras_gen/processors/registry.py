@@ -18,6 +18,7 @@ from keras_gen.processors.structured_output import StructuredOutput
 from keras_gen.processors.suppress_tokens import SuppressTokens
 from keras_gen.processors.top_k import TopK
 from keras_gen.processors.top_p import TopP
+from keras_gen.processors.triggered import Triggered
 from keras_gen.processors.typical import Typical
 
 PROCESSORS = {
@@ -38,6 +39,7 @@ PROCESSORS = {
     "json_object": JsonObject,
     "regex": Regex,
     "choice": Choice,
+    "triggered": Triggered,
     "structured_output": StructuredOutput,
 }
 

@@ -52,6 +52,11 @@ class GenerationOutput:
             are flat: prompt `b`'s are rows `b * n` to `b * n + n - 1`. In
             a stream's chunk, `None` for rows whose search still runs; the
             last chunk holds every score.
+        messages: in the final record of a conversation's reply only: per
+            row the assistant message (`assistant_message`): its
+            `content`, and its `reasoning_content` when the template
+            thinks, its `tool_calls` (arguments as dicts) when it called
+            the `tools`. It goes back into the conversation as it is.
         accepted_tokens: speculative decoding only: per row, how many
             draft tokens the target accepted so far.
         draft_tokens: speculative decoding only: per row, how many draft
@@ -71,6 +76,7 @@ class GenerationOutput:
     top_log_probs: list = None
     sequences: list = None
     sequence_scores: list = None
+    messages: list = None
     accepted_tokens: list = None
     draft_tokens: list = None
 
@@ -108,6 +114,7 @@ class GenerationOutput:
             ],
             "sequences": last.sequences,
             "sequence_scores": last.sequence_scores,
+            "messages": last.messages,
             # Counts so far: the last chunk's are the totals.
             "accepted_tokens": last.accepted_tokens,
             "draft_tokens": last.draft_tokens,

@@ -68,3 +68,16 @@ def test_bad_arguments(lm):
         ChatSession(lm, temprature=0.5)
     with pytest.raises(ValueError, match="must be non-empty text"):
         ChatSession(lm).send("")
+
+
+def test_a_thinking_template_keeps_the_reasoning_apart(tmp_path):
+    from tests.models.causal_lm_chat_test import chat_lm
+
+    session = ChatSession(chat_lm("qwen", tmp_path), max_new_tokens=6, seed=0)
+    reply = session.send("Hi")
+    message = session.messages[-1]
+    assert set(message) == {"role", "reasoning_content", "content"}
+    if not reply.startswith("<think>"):  # the (random) reply did not think
+        assert message["reasoning_content"] == "" and message["content"] == reply
+    session.send("And then?")  # the history with the message renders
+    assert len(session.messages) == 4

@@ -133,16 +133,25 @@ def test_a_forced_tool_call_parses_and_validates(tmp_path):
     options = dict(tools=tools, max_new_tokens=80, do_sample=True, temperature=1.0)
     options.update(chat_template_kwargs={"enable_thinking": False})
     for seed in range(3):  # one call (`parallel_tool_calls=False`)
-        reply = lm.generate(
+        record = lm.generate(
             QUESTION, tool_choice="required", seed=seed, parallel_tool_calls=False,
-            **options,
+            return_dict=True, **options,
         )  # fmt: skip
-        content, (call,) = parser.parse(reply)
+        content, (call,) = parser.parse(record.text[0])
         assert content is None and call["name"] == "w"
         jsonschema.validate(call["arguments"], schema)
+        assert record.messages == [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"type": "function", "function": call}],
+            }
+        ]
     named = {"type": "function", "function": {"name": "w"}}
     chunks = list(lm.stream(QUESTION, tool_choice=named, seed=0, **options))
     assert parser.parse("".join(c.text[0] for c in chunks))[1]
+    (message,) = GenerationOutput.join(chunks).messages
+    assert message["tool_calls"] and message["tool_calls"][0]["function"]["name"] == "w"
     with pytest.raises(ValueError, match="names no tool of `tools`"):
         lm.generate(
             QUESTION,
@@ -158,3 +167,33 @@ def test_a_forced_tool_call_parses_and_validates(tmp_path):
         demo.generate(QUESTION, tools=tools, tool_choice="required", max_new_tokens=4)
     with pytest.raises(TypeError, match="`chat_template_kwargs` must be a dict"):
         demo.generate(QUESTION, chat_template_kwargs=[1], max_new_tokens=4)
+
+
+def test_the_reply_message_holds_reasoning_and_calls_apart(tmp_path):
+    # The reply is scripted up to the call the model opens (the model is
+    # random); the call's arguments are its own, held to the schema.
+    from tests.script_processor import Script
+
+    lm = chat_lm("qwen", tmp_path, max_sequence_length=512)
+    opening = Script(
+        lm.tokenizer.encode("<think>\nLet me see.</think>\n\nSure.\n<tool_call>")
+    )
+    tools = [{"type": "function", "function": {"name": "w", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+        "required": ["city"],
+    }}}]  # fmt: skip
+    record = lm.generate(
+        QUESTION, tools=tools, processors=[opening], parallel_tool_calls=False,
+        do_sample=True, seed=0, max_new_tokens=120, return_dict=True,
+    )  # fmt: skip
+    (message,) = record.messages
+    (call,) = message.pop("tool_calls")
+    assert call["function"]["name"] == "w"
+    assert call["function"]["arguments"]["city"] in ("Paris", "Rome")
+    assert message == {
+        "role": "assistant",
+        "reasoning_content": "Let me see.",
+        "content": "Sure.\n",
+    }
+    # Not a conversation: no messages.
+    assert lm.generate("Hi", max_new_tokens=2, return_dict=True).messages is None

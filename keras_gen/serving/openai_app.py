@@ -93,8 +93,17 @@ def _finite(data):
     return data
 
 
+# Characters that JSON leaves as they are but that line readers
+# (`str.splitlines`, httpx's `iter_lines`) take for line ends: escaped, so
+# an event's data stays on one line.
+_LINE_BREAKS = str.maketrans(
+    {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def _dumps(data):
-    return json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
+    return text.translate(_LINE_BREAKS)
 
 
 class _JSONResponse(fastapi.responses.JSONResponse):

@@ -295,6 +295,16 @@ def streamed_text(client, body):
     return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
 
 
+def test_line_breaks_of_unicode_stay_inside_an_event(server):
+    # U+2028, U+2029 and U+0085 end a line for `str.splitlines` (and
+    # httpx's `iter_lines`): the server escapes them in its JSON.
+    client, _, _ = server
+    text = "a\u2028b\u2029c\x85d"
+    body = {"model": MODEL, "prompt": "The", "guided_choice": [text]}
+    assert streamed_text(client, body) == text
+    assert complete(client, "The", guided_choice=[text])["choices"][0]["text"] == text
+
+
 def test_concurrent_mixed_requests_equal_their_single_answers(server):
     client, lm, engine = server
     requests = []

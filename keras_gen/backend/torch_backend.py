@@ -14,6 +14,7 @@ import warnings
 import keras
 import torch
 from keras.src.backend.common import global_state
+from torch._inductor.inductor_prims import force_stride_order
 
 from keras_gen import backend
 
@@ -191,8 +192,26 @@ def _run(step, body, program, loop_state):
 def cond(pred, true_fn, false_fn, *operands):
     # A Python branch on a tensor would break a `fullgraph` compile.
     if torch.compiler.is_compiling():
+        operands = torch.utils._pytree.tree_map(_row_major, operands)
         return torch.cond(pred, _fresh(true_fn), _fresh(false_fn), operands)
     return (true_fn if bool(pred) else false_fn)(*operands)
+
+
+def _row_major(x):
+    """`x` laid out row-major in the compiled program. Inductor compiles a
+    `torch.cond` branch for row-major inputs but may hand it another
+    layout (GPT-2's logits as the transpose of a `(50257, rows)` product),
+    and the branch then fails on its input's strides; Inductor's own
+    stride constraint copies only such an input."""
+    if not isinstance(x, torch.Tensor) or x.ndim < 2:
+        return x
+    if not x.is_contiguous():  # a broadcast one: its own copy
+        x = x.clone(memory_format=torch.contiguous_format)
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.insert(0, step)
+        step *= size
+    return force_stride_order(x, strides)
 
 
 def _fresh(branch):

@@ -111,3 +111,21 @@ def test_the_few_row_product_form_is_timed_once_and_both_forms_agree(monkeypatch
         assert other.token_ids == chosen.token_ids
         for a, b in zip(other.log_probs, chosen.log_probs):
             np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.only_backend("torch")
+@pytest.mark.parametrize("linear", [True, False])
+def test_the_compiled_step_reads_logits_of_either_product_form(monkeypatch, linear):
+    # The `(w @ x.T).T` form leaves the logits transposed in Inductor's
+    # program, and the sampler's `torch.cond` branches were compiled for
+    # row-major ones (the step failed on its input's strides).
+    from keras_gen.backend import torch_backend
+
+    monkeypatch.setattr(torch_backend, "_FEW_ROWS", {"linear": linear, "timed": True})
+    lm = GPT2CausalLM(tiny_gpt2_backbone(vocabulary_size=1000))
+    monkeypatch.setattr(torch_backend, "COMPILER", "none")
+    eager = lm.generate(PROMPTS[:2], max_new_tokens=6)
+    monkeypatch.setattr(torch_backend, "COMPILER", "inductor")
+    lm.compile()
+    assert lm.generate(PROMPTS[:2], max_new_tokens=6) == eager

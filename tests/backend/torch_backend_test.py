@@ -124,8 +124,11 @@ def test_the_compiled_step_reads_logits_of_either_product_form(monkeypatch, line
 
     monkeypatch.setattr(torch_backend, "_FEW_ROWS", {"linear": linear, "timed": True})
     lm = GPT2CausalLM(tiny_gpt2_backbone(vocabulary_size=1000))
+    # Greedy, and sampled through processors (a cond inside a cond reads
+    # a broadcast operand).
+    calls = [{}, dict(repetition_penalty=1.3, top_k=5, seed=0)]
     monkeypatch.setattr(torch_backend, "COMPILER", "none")
-    eager = lm.generate(PROMPTS[:2], max_new_tokens=6)
+    eager = [lm.generate(PROMPTS[:2], max_new_tokens=6, **c) for c in calls]
     monkeypatch.setattr(torch_backend, "COMPILER", "inductor")
     lm.compile()
-    assert lm.generate(PROMPTS[:2], max_new_tokens=6) == eager
+    assert [lm.generate(PROMPTS[:2], max_new_tokens=6, **c) for c in calls] == eager

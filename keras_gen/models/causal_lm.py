@@ -648,7 +648,7 @@ class CausalLM(keras.Model):
                 )
             return chat, options  # the format holds; calls are only parsed
         constraint = tool_call_parser.call_constraint(
-            self.tokenizer, tools, tool_choice, parallel_tool_calls
+            self.tokenizer.chat_template.source, tools, tool_choice, parallel_tool_calls
         )
         if constraint is None:
             return chat, options

@@ -140,7 +140,7 @@ def read_tools(body, template_source):
             "'parallel_tool_calls' must be a boolean.", param="parallel_tool_calls"
         )
     try:
-        chosen = tool_call_parser.chosen_functions(tools, choice)
+        tool_call_parser.chosen_functions(tools, choice)
     except (TypeError, ValueError) as error:
         raise APIError(str(error), param="tool_choice") from None
     if choice == "none":
@@ -149,14 +149,11 @@ def read_tools(body, template_source):
         parser = tool_call_parser.parser_for(template_source)
     except ValueError as error:
         raise APIError(str(error), param="tools") from None
-    forced = chosen is not None
     try:
-        constraint = parser.constraint(
-            chosen or list(functions.values()), forced=forced, parallel=parallel
+        constraint = tool_call_parser.call_constraint(
+            template_source, tools, choice, parallel
         )
     except (TypeError, ValueError) as error:
-        if not forced:  # too large to hold: the calls are only parsed
-            return tools, parser, None
         raise APIError(
             f"A tool's 'parameters' cannot constrain the call: {error}",
             param="tools",

@@ -236,26 +236,30 @@ def parser_for(template_source):
     return parser
 
 
-def call_constraint(tokenizer, tools, tool_choice, parallel=True):
+def call_constraint(template_source, tools, tool_choice, parallel=True):
     """The structured output of a reply under `tool_choice`
     (`ToolCallParser.constraint` of the template's form): one or more calls
     of the `chosen_functions` with `"required"` or a named function, calls
     of any tool from where the model opens one with `"auto"` (or `None`);
     `None` without tools, with `"none"`, or (`"auto"`) a template that
-    writes no calls keras-gen reads.
+    writes no calls keras-gen reads or tools too large to constrain (their
+    calls are then only parsed).
 
     Raises:
         TypeError, ValueError: see `chosen_functions`, `parser_for` and
             `ToolCallParser.constraint`.
     """
     chosen = chosen_functions(tools, tool_choice)
-    if chosen is None:
-        if not tools or tool_choice == "none":
-            return None
-        parser = ToolCallParser.for_template(tokenizer.chat_template.source)
-        if parser is None:
-            return None
-        chosen = chosen_functions(tools, "required")
-        return parser.constraint(chosen, forced=False, parallel=parallel)
-    parser = parser_for(tokenizer.chat_template.source)
-    return parser.constraint(chosen, forced=True, parallel=parallel)
+    if chosen is not None:
+        parser = parser_for(template_source)
+        return parser.constraint(chosen, forced=True, parallel=parallel)
+    if not tools or tool_choice == "none":
+        return None
+    parser = ToolCallParser.for_template(template_source)
+    if parser is None:
+        return None
+    functions = chosen_functions(tools, "required")
+    try:
+        return parser.constraint(functions, parallel=parallel)
+    except ValueError:
+        return None

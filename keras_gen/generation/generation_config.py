@@ -436,6 +436,13 @@ class GenerationConfig:
     prompt_lookup_ngram: int = option(
         _int(1, checks.MAX_NGRAM_SIZE), None, "Draft by prompt lookup of this n-gram."
     )
+    # Serving.
+    cache_prompt: bool = option(
+        checks.check_bool,
+        None,
+        "Serving engine: reuse and keep the prompt's cached prefix (default true).",
+        field="cache_prompt",
+    )
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

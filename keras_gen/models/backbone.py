@@ -21,7 +21,8 @@ class Backbone(keras.Model):
     - `call_with_state(token_ids, state, index)`: run new tokens from
       position `index` (a scalar tensor, or a `(batch,)` tensor of one
       position per row) against the cache. Returns
-      `(logits, hidden_states, state)`.
+      `(logits, hidden_states, state)`. `extend_state` does the same
+      without the logits: the serving engine's prompt chunks.
 
     `state` is a tuple with one `(key_cache, value_cache)` pair per layer,
     each `(batch, num_key_value_heads, cache_length, head_dim)`: updated in
@@ -259,12 +260,22 @@ class Backbone(keras.Model):
         return keras.tree.map_structure(grow, state)
 
     def call_with_state(self, token_ids, state, index):
+        x, state = self._run_with_state(token_ids, state, index)
+        hidden_states = self.final_norm(x)
+        logits = self.compute_logits(hidden_states)
+        return logits, hidden_states, state
+
+    def extend_state(self, token_ids, state, index):
+        """`state` with the keys and values of `token_ids` written from
+        position `index`, each token attending to the cache before it (a
+        prompt prefilled in chunks, or after a reused prefix); no logits."""
+        return self._run_with_state(token_ids, state, index)[1]
+
+    def _run_with_state(self, token_ids, state, index):
         token_ids = layouts.shard_batch(token_ids)
         x = self.embed(token_ids, index)
         new_state = []
         for block, cache in zip(self.transformer_layers, state):
             x, cache = block(x, cache=cache, index=index)
             new_state.append(cache)
-        hidden_states = self.final_norm(x)
-        logits = self.compute_logits(hidden_states)
-        return logits, hidden_states, tuple(new_state)
+        return x, tuple(new_state)

@@ -35,8 +35,10 @@ from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
+from keras_gen.serving.prefix_cache import PrefixCache
 from keras_gen.serving.processor_lanes import ProcessorLanes
 from keras_gen.utils.checks import check_count
+from keras_gen.utils.checks import check_int
 from keras_gen.utils.tunable import parameter_dtype
 
 # Options the engine's step does not run: when each one is asked for, and
@@ -81,6 +83,11 @@ MIN_LENGTH_BUCKET = 64
 # vocabularies: the table of allowed tokens stays within
 # `CONSTRAINT_BYTES` (a state holds a bit per token).
 CONSTRAINT_STATES = 8192
+# The most prompt tokens prefilled between two decode chunks (see
+# `Engine.prefill_chunk_tokens`), and the most bytes the prefix cache
+# takes by default.
+PREFILL_CHUNK_TOKENS = 256
+PREFIX_CACHE_BYTES = 1 << 30
 CONSTRAINT_TRANSITIONS = 1 << 20
 CONSTRAINT_BYTES = 64 << 20
 
@@ -96,14 +103,28 @@ class EngineClosed(RuntimeError):
 class _Job:
     """A submitted request: its reader, handle, rows and timings."""
 
-    def __init__(self, reader, handle, settings, lanes, max_time, automaton=None):
+    def __init__(
+        self,
+        reader,
+        handle,
+        settings,
+        lanes,
+        max_time,
+        automaton=None,
+        cache_prompt=True,
+    ):
         self.reader = reader
         self.handle = handle
         self.settings = settings
         self.lanes = lanes  # its processors, matched to the engine's lanes
         self.max_time = max_time
         self.automaton = automaton  # its structured output, or None
+        self.cache_prompt = cache_prompt  # reuses and keeps cached prefixes
         self.slots = []
+        # Per row, the prompt positions its slot's cache holds so far
+        # (`None` before the prefix cache was asked); running once all are.
+        self.filled = [None] * handle.rows
+        self.prefilling = True
         self.submitted = self.admitted = time.perf_counter()
         self.last_delivery = [None] * handle.rows
 
@@ -118,10 +139,21 @@ class Engine:
     The engine holds `max_batch_size` slots: the rows of one fixed-shape
     key/value cache of `max_length` positions. A background thread runs
     one compiled program over the occupied slots, a chunk of steps at a time.
-    Between chunks it admits waiting requests into free slots (seeding
-    their cache rows from the prompt, one program per prompt length
-    bucket, without touching other rows), hands out what each running
-    request produced, and frees the slots of finished or cancelled ones.
+    Between chunks it admits waiting requests into free slots, prefills
+    their prompts, hands out what each running request produced, and frees
+    the slots of finished or cancelled ones.
+
+    A prompt's cache rows are seeded without touching other rows, in
+    chunks of at most `prefill_chunk_tokens` positions (one program per
+    chunk length bucket), and no more than that many prompt positions run
+    between two decode chunks: a long prompt does not stall the running
+    requests for its whole prefill. Prompts begin where a cached prefix
+    ends: the prefix cache keeps the key/value rows of the prompts (and
+    completions) the engine computed, in blocks of 16 tokens keyed by
+    every token up to the block's end, and copies a prompt's longest
+    cached run of blocks into its slot instead of computing them. A
+    request's tokens do not depend on a hit (its log-probs differ by float
+    rounding at most: the reused rows were computed in other chunks).
 
     The decode step is `generate`'s: the same `Sampler` loop over
     `CausalLM.next`, with one position per slot, and the same sampler and
@@ -181,6 +213,13 @@ class Engine:
             class and configuration; its tunable numbers are each request's
             own. An instance gives the configuration (and the numbers of
             slots that do not use it); a class is made with no arguments.
+        prefix_cache_bytes: int, host memory the prefix cache may take (0
+            turns it off); by default as much as the engine's key/value
+            cache, at most `PREFIX_CACHE_BYTES` (1 GiB). A request with
+            `cache_prompt=False` neither reuses nor leaves cached blocks.
+        prefill_chunk_tokens: int, the most prompt positions prefilled
+            between two decode chunks (at least 16); by default
+            `PREFILL_CHUNK_TOKENS`.
 
     Examples:
     >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
@@ -202,6 +241,8 @@ class Engine:
         processors=None,
         constraint_states=None,
         constraint_transitions=CONSTRAINT_TRANSITIONS,
+        prefix_cache_bytes=None,
+        prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
     ):
         self.lm = lm
         self.generation_config = (
@@ -229,6 +270,19 @@ class Engine:
             )
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
+        self.prefill_chunk_tokens = check_count(
+            "prefill_chunk_tokens", prefill_chunk_tokens
+        )
+        if self.prefill_chunk_tokens < MIN_PREFILL_LENGTH:
+            raise ValueError(
+                f"`prefill_chunk_tokens` must be >= {MIN_PREFILL_LENGTH}. "
+                f"Received: prefill_chunk_tokens={prefill_chunk_tokens}"
+            )
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = min(self._cache_bytes, PREFIX_CACHE_BYTES)
+        self.prefix_cache = PrefixCache(
+            check_int("prefix_cache_bytes", prefix_cache_bytes, low=0)
+        )
         # Per-step outputs are rings of the most steps a chunk runs.
         self._ring = self.chunk_size or MAX_CHUNK_STEPS
         self.processors = _registered(processors)
@@ -255,7 +309,9 @@ class Engine:
         # Every program a warm-up builds (with and without the wide
         # outputs), twice over: table and lane sizes add a few.
         buckets = len(self.row_buckets) * len(self.length_buckets)
-        self.programs = ProgramCache(4 * (2 * buckets + len(self.prompt_buckets)))
+        self.programs = ProgramCache(
+            4 * (2 * buckets + 2 * len(self.prompt_buckets) + 2)
+        )
         # The running requests' automata, packed in tables of a fixed size,
         # and their device copies.
         vocabulary_size = lm.backbone.vocabulary_size
@@ -447,7 +503,15 @@ class Engine:
     def _compile_all(self, wide_outputs):
         with backend.warming_up():
             for bucket in self.prompt_buckets:
-                self._admit_prompt(0, [0] * bucket, bucket)
+                self._prefill_chunk(0, 0, bucket)
+                self._prefill_chunk(0, bucket, bucket)
+            size = self.prefix_cache.block_tokens
+            block = self._program("read")(
+                {"state": self._device},
+                ops.convert_to_tensor(0, "int32"),
+                ops.convert_to_tensor(0, "int32"),
+            )
+            self._write_block(0, size, block)
             for wide in (False, True) if wide_outputs else (False,):
                 for rows in self.row_buckets:
                     for cache_length in self.length_buckets:
@@ -504,7 +568,13 @@ class Engine:
                 capacity=self.constraint_capacity,
             )
         return _Job(
-            reader, GenerationHandle(rows), settings, lanes, config.max_time, automaton
+            reader,
+            GenerationHandle(rows),
+            settings,
+            lanes,
+            config.max_time,
+            automaton,
+            cache_prompt=config.cache_prompt is not False,
         )
 
     def _chosen(self, processors):
@@ -564,12 +634,13 @@ class Engine:
                 except Exception as error:
                     done.set_exception(error)
             try:
-                # A chunk after an admission is one step long, so that the
+                # A chunk after a prefill ends is one step long, so that the
                 # new requests' first tokens go out without waiting for a
                 # whole chunk of the others.
-                admitted = self._admit()
-                if self._jobs:
-                    self._decode_chunk(steps=1 if admitted else self._chunk_steps())
+                self._admit()
+                started = self._prefill()
+                if self._running():
+                    self._decode_chunk(steps=1 if started else self._chunk_steps())
                     self._deliver()
             except Exception as error:  # every running request learns of it
                 self._fail_all(error)
@@ -585,18 +656,20 @@ class Engine:
             self._release(job, error=error)
         self._device = None  # rebuilt at the next admission
 
+    def _running(self):
+        """The admitted requests whose prompts are prefilled."""
+        return [job for job in self._jobs if not job.prefilling]
+
     def _admit(self):
-        """Move waiting requests into free slots, oldest first; whether any
-        moved."""
-        admitted = False
+        """Move waiting requests into free slots, oldest first (their
+        prompts are prefilled next)."""
         while True:
             with self._condition:
                 while self._waiting and self._waiting[0].handle.cancelled:
                     self._waiting.popleft().handle.finish()
                 if not self._waiting or len(self._free) < self._waiting[0].rows:
                     self.metrics.waiting.set(len(self._waiting))
-                    return admitted
-                admitted = True
+                    return
                 job = self._waiting.popleft()
                 job.slots = [self._free.pop(0) for _ in range(job.rows)]
                 job.admitted = time.perf_counter()
@@ -613,15 +686,19 @@ class Engine:
             self.metrics.prompt_tokens.inc(sum(map(len, job.reader.row_prompts)))
 
     def _seed_slot(self, job, row, slot):
+        """Set `slot`'s inputs for row `row` of `job`. Until its prompt is
+        prefilled the slot stands still in decode steps (done, at position
+        1: a step rewrites the first position's keys and values from the
+        prompt's first token, as a prefill does)."""
         host, settings = self._host, job.settings
         prompt = job.reader.row_prompts[row]
         length = len(prompt)
         host["token_ids"][slot] = 0
         host["token_ids"][slot, :length] = prompt
         host["prompt_lengths"][slot] = length
-        host["index"][slot] = length
+        host["index"][slot] = 1
         host["end"][slot] = job.reader.row_ends[row]
-        host["done"][slot] = False
+        host["done"][slot] = True
         host["stop_token_ids"][slot] = settings["stop_token_ids"]
         host["seed"][slot] = (settings["seed"], row * ROW_STRIDE)
         host["top_rows"][slot] = settings["top_logprobs"] > 0
@@ -629,21 +706,105 @@ class Engine:
         for name, value in settings["sampler"].items():
             self._numbers[name][slot] = value
         self._lanes.assign(slot, job.lanes)
-        bucket = min(self.cache_length, prompts_lib.bucket(length, MIN_PREFILL_LENGTH))
-        self._admit_prompt(slot, prompt, bucket)
 
-    def _admit_prompt(self, slot, prompt, bucket):
-        """Seed `slot`'s cache rows with `prompt`, padded to `bucket`."""
-        token_ids, mask = prompts_lib.pack([prompt], bucket)
-        admit = self._program("admit", bucket)
+    def _prefill(self):
+        """Prefill the admitted prompts, oldest first, at most
+        `prefill_chunk_tokens` positions in all; whether a request's
+        prompt was completed (it then runs)."""
+        budget, started = self.prefill_chunk_tokens, False
+        for job in [job for job in self._jobs if job.prefilling]:
+            if job.handle.cancelled:
+                self._release(job)
+                continue
+            for row, slot in enumerate(job.slots):
+                prompt = job.reader.row_prompts[row]
+                if job.filled[row] is None:
+                    job.filled[row] = self._reuse(job, slot, prompt)
+                while job.filled[row] < len(prompt) and budget:
+                    count = min(len(prompt) - job.filled[row], budget)
+                    self._prefill_chunk(slot, job.filled[row], count)
+                    job.filled[row] += count
+                    budget -= count
+                    if job.filled[row] == len(prompt):
+                        self._remember(job, slot, prompt)
+            if any(
+                filled < len(p) for filled, p in zip(job.filled, job.reader.row_prompts)
+            ):
+                return started  # the budget is spent
+            for slot in job.slots:
+                self._host["index"][slot] = self._host["prompt_lengths"][slot]
+                self._host["done"][slot] = False
+            job.prefilling, started = False, True
+        return started
+
+    def _prefill_chunk(self, slot, start, count):
+        """Seed positions `start` to `start + count` of `slot`'s cache rows
+        from its prompt, padded to a chunk bucket (started earlier where
+        the padding would pass the cache's end: the positions before
+        `start` are written again with the same values)."""
+        bucket = next(b for b in self.prompt_buckets if b >= count)
+        token_ids = self._host["token_ids"][slot]
         if self._device is None:
             self._device = self._empty_cache()
-        self._device = admit(
+        if start == 0:  # its first positions attend to one another only
+            mask = np.arange(bucket) < count
+            self._device = self._program("admit", bucket)(
+                {"state": self._device},
+                ops.convert_to_tensor(slot, "int32"),
+                ops.convert_to_tensor(token_ids[None, :bucket], "int32"),
+                ops.convert_to_tensor(mask[None], "bool"),
+            )["state"]
+            return
+        start = min(start, self.cache_length - bucket)
+        self._device = self._program("extend", bucket)(
             {"state": self._device},
             ops.convert_to_tensor(slot, "int32"),
-            ops.convert_to_tensor(token_ids, "int32"),
-            ops.convert_to_tensor(mask, "bool"),
+            ops.convert_to_tensor(token_ids[None, start : start + bucket], "int32"),
+            ops.convert_to_tensor(start, "int32"),
         )["state"]
+
+    def _reuse(self, job, slot, prompt):
+        """Copy the longest run of cached blocks that begins `prompt` into
+        `slot`'s cache rows; the positions copied."""
+        if not job.cache_prompt or not self.prefix_cache.capacity:
+            return 0
+        blocks = self.prefix_cache.lookup(prompt)
+        size = self.prefix_cache.block_tokens
+        self.metrics.prefix_cache_queries.inc(len(prompt))
+        self.metrics.prefix_cache_hits.inc(len(blocks) * size)
+        for index, block in enumerate(blocks):
+            self._write_block(slot, index * size, block)
+        return len(blocks) * size
+
+    def _write_block(self, slot, start, block):
+        if self._device is None:
+            self._device = self._empty_cache()
+        self._device = self._program("write")(
+            {"state": self._device},
+            ops.convert_to_tensor(slot, "int32"),
+            ops.convert_to_tensor(start, "int32"),
+            keras.tree.map_structure(ops.convert_to_tensor, block),
+        )["state"]
+
+    def _remember(self, job, slot, token_ids):
+        """Keep the blocks of `token_ids` that `slot`'s cache rows hold and
+        the prefix cache lacks."""
+        cache = self.prefix_cache
+        if not job.cache_prompt or not cache.capacity:
+            return
+        keys = cache.keys(token_ids)
+        read = self._program("read")
+        for index, key in enumerate(keys):
+            if key not in cache:
+                block = read(
+                    {"state": self._device},
+                    ops.convert_to_tensor(slot, "int32"),
+                    ops.convert_to_tensor(index * cache.block_tokens, "int32"),
+                )
+                block = tuple(tuple(map(ops.convert_to_numpy, kv)) for kv in block)
+                cache.put(token_ids, index, block, keys=keys)
+        cache.touch(keys)
+        self.metrics.prefix_cache_bytes.set(cache.bytes)
 
     def _load_automaton(self, job):
         """Make room for `job`'s automaton in the tables: when they lack
@@ -688,11 +849,11 @@ class Engine:
         if one of them asks."""
         timed, started = rows is None, time.perf_counter()
         if rows is None:
-            occupied = [slot for job in self._jobs for slot in job.slots]
+            occupied = [slot for job in self._running() for slot in job.slots]
             rows = next(r for r in self.row_buckets if r > max(occupied))
             end = max(self._host["end"][occupied])
             cache_length = next(n for n in self.length_buckets if n >= end)
-            wide = any(job.settings["wide"] for job in self._jobs)
+            wide = any(job.settings["wide"] for job in self._running())
         if self._table_tensors is None:
             self._table_tensors = {
                 name: ops.convert_to_tensor(array)
@@ -770,7 +931,7 @@ class Engine:
 
     def _deliver(self):
         host, now = self._host, time.perf_counter()
-        for job in list(self._jobs):
+        for job in self._running():
             reader, slots = job.reader, job.slots
             outputs = {"token_ids": host["token_ids"][slots]}
             for name in reader.outputs:
@@ -786,6 +947,13 @@ class Engine:
             for row, slot in enumerate(slots):
                 if reader.finish_reasons[row] is not None:
                     host["done"][slot] = True
+            if reader.done and not job.handle.cancelled:
+                # What the rows computed serves a request that continues
+                # them (the next turn of a chat).
+                for slot in slots:
+                    self._remember(
+                        job, slot, host["token_ids"][slot, : host["index"][slot] - 1]
+                    )
             if reader.done or job.handle.cancelled:
                 self._release(job)
 
@@ -830,13 +998,23 @@ class Engine:
     # Programs and state.
 
     def _program(self, kind, bucket=None):
-        """The compiled `admit` (per prompt bucket) or `decode` program."""
+        """The compiled `admit` or `extend` (per prompt bucket), `read`,
+        `write` or `decode` (per row and length bucket) program."""
         return self.programs.get((kind, bucket), lambda: self._build(kind, bucket))
 
     def _build(self, kind, bucket):
         lm = self.lm
-        if kind == "admit":
-            function = functools.partial(engine_programs.admit, lm.backbone)
+        donate = (0,)
+        if kind in ("admit", "extend"):
+            function = getattr(engine_programs, kind)
+            function = functools.partial(function, lm.backbone)
+        elif kind == "read":
+            function = functools.partial(
+                engine_programs.read_block, length=self.prefix_cache.block_tokens
+            )
+            donate = ()
+        elif kind == "write":
+            function = engine_programs.write_block
         else:  # bucket: (rows, cache length, ...)
             structured = StructuredOutput.for_tables(self._tables)
             function = functools.partial(
@@ -850,7 +1028,7 @@ class Engine:
             function,
             lm.variables,
             jit_compile=lm.generate_jit_compile,
-            donate_argnums=(0,),
+            donate_argnums=donate,
         )
         return self._counting(program)
 
@@ -866,18 +1044,25 @@ class Engine:
         return call
 
     def _empty_cache(self):
-        backbone = self.lm.backbone
-        shape = (
-            self.num_slots,
-            backbone.num_key_value_heads,
-            self.cache_length,
-            backbone.head_dim,
-        )
-        dtype = backbone.compute_dtype
+        shape, dtype = self._cache_shape, self.lm.backbone.compute_dtype
         return tuple(
             (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
-            for _ in range(backbone.num_layers)
+            for _ in range(self.lm.backbone.num_layers)
         )
+
+    @property
+    def _cache_shape(self):
+        """One layer's keys (or values): `(slots, heads, length, head_dim)`."""
+        backbone = self.lm.backbone
+        heads, size = backbone.num_key_value_heads, backbone.head_dim
+        return (self.num_slots, heads, self.cache_length, size)
+
+    @property
+    def _cache_bytes(self):
+        """The bytes of the key/value cache."""
+        backbone = self.lm.backbone
+        itemsize = np.dtype(backbone.compute_dtype).itemsize
+        return 2 * backbone.num_layers * int(np.prod(self._cache_shape)) * itemsize
 
     def _empty_numbers(self):
         """Each slot's sampler numbers; free slots draw nothing."""

@@ -14,7 +14,10 @@ class EngineMetrics:
     `keras_gen_prompt_tokens_total`, `keras_gen_generated_tokens_total`,
     `keras_gen_running_requests`, `keras_gen_waiting_requests`,
     `keras_gen_program_compilations_total` (every program the engine traced
-    or compiled), `keras_gen_time_to_first_token_seconds` and
+    or compiled), `keras_gen_prefix_cache_queries_total` and
+    `keras_gen_prefix_cache_hits_total` (prompt tokens looked up, and found,
+    in the prefix cache), `keras_gen_prefix_cache_bytes`,
+    `keras_gen_time_to_first_token_seconds` and
     `keras_gen_inter_token_latency_seconds`.
 
     Examples:
@@ -50,6 +53,21 @@ class EngineMetrics:
         self.compilations = prometheus_client.Counter(
             "keras_gen_program_compilations",
             "Programs the engine traced or compiled.",
+            registry=registry,
+        )
+        self.prefix_cache_queries = prometheus_client.Counter(
+            "keras_gen_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            registry=registry,
+        )
+        self.prefix_cache_hits = prometheus_client.Counter(
+            "keras_gen_prefix_cache_hits",
+            "Prompt tokens found in the prefix cache (not computed).",
+            registry=registry,
+        )
+        self.prefix_cache_bytes = prometheus_client.Gauge(
+            "keras_gen_prefix_cache_bytes",
+            "Host memory the prefix cache's blocks take.",
             registry=registry,
         )
         self.time_to_first_token = prometheus_client.Histogram(

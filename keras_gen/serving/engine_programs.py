@@ -6,8 +6,12 @@ and each slot's numbers for the sampler and for every processor it may
 run. Two programs run over it:
 
 - `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
-  one prompt (one program per prompt length bucket) and touches no other
-  row;
+  one prompt, or its first chunk (one program per prompt length bucket),
+  and touches no other row;
+- `extend(loop, slot, token_ids, start)` continues them with the next
+  chunk of a prompt (one program per chunk length bucket), and
+  `read_block` / `write_block` copy one block of positions out of and
+  into them (the prefix cache's blocks);
 - `decode(lm, sampler, processors, loop, tables, cache_length)` runs the
   sampler's
   own loop (`Sampler.run` over `CausalLM.next`, the step `generate` runs)
@@ -39,6 +43,59 @@ def admit(backbone, loop, slot, token_ids, mask):
             for cache, block in zip(layer, prompt_layer)
         )
         for layer, prompt_layer in zip(loop["state"], prompt_state)
+    )
+    return {**loop, "state": state}
+
+
+def extend(backbone, loop, slot, token_ids, start):
+    """Write the keys and values of a `(1, bucket)` prompt chunk into slot
+    `slot`'s cache rows from position `start`, each token attending to the
+    slot's cache before it. The positions that padding fills are written
+    too (harmless: a later chunk or step writes each position before it is
+    read); every one lies inside the cache."""
+    rows = tuple(
+        tuple(backend.slice(x, slot, 1, axis=0) for x in layer)
+        for layer in loop["state"]
+    )
+    rows = backbone.extend_state(token_ids, rows, start)
+    length = ops.shape(token_ids)[1]
+    zero = ops.zeros((), "int32")
+    starts = (ops.cast(slot, "int32"), zero, ops.cast(start, "int32"), zero)
+    state = tuple(
+        tuple(
+            backend.update_block(
+                cache, backend.slice(row, start, length, axis=2), starts, donate=True
+            )
+            for cache, row in zip(layer, rows_layer)
+        )
+        for layer, rows_layer in zip(loop["state"], rows)
+    )
+    return {**loop, "state": state}
+
+
+def read_block(loop, slot, start, length):
+    """Positions `start` to `start + length` of slot `slot`'s cache rows:
+    per layer, `(keys, values)` of shape `(heads, length, head_dim)`."""
+    return tuple(
+        tuple(
+            backend.slice(backend.slice(x, slot, 1, axis=0), start, length, axis=2)[0]
+            for x in layer
+        )
+        for layer in loop["state"]
+    )
+
+
+def write_block(loop, slot, start, block):
+    """`loop` with `block` (as `read_block` gives it) written into slot
+    `slot`'s cache rows from position `start`."""
+    zero = ops.zeros((), "int32")
+    starts = (ops.cast(slot, "int32"), zero, ops.cast(start, "int32"), zero)
+    state = tuple(
+        tuple(
+            backend.update_block(cache, part[None], starts, donate=True)
+            for cache, part in zip(layer, block_layer)
+        )
+        for layer, block_layer in zip(loop["state"], block)
     )
     return {**loop, "state": state}
 

@@ -171,7 +171,11 @@ def test_cancel_frees_the_slot(engine):
 
 
 def test_no_compile_after_warm_up(lm, torch_compiled):
-    with Engine(lm, max_batch_size=4, max_length=64, chunk_size=3) as engine:
+    # Prompts beyond 32 tokens prefill in chunks; the second 59-token one
+    # begins from the first's cached blocks.
+    with Engine(
+        lm, max_batch_size=4, max_length=64, chunk_size=3, prefill_chunk_tokens=32
+    ) as engine:
         engine.warm_up()
         before = engine.compilations
         # Any settings, prompt lengths, occupancy and lengths: no compile.

@@ -1,0 +1,140 @@
+"""The engine's prompts: prefilled in chunks, and begun from cached
+prefixes, with the tokens of a prompt computed whole."""
+
+import numpy as np
+import pytest
+
+from keras_gen import GenerationConfig
+from keras_gen.serving import Engine
+from tests.serving.engine_test import alone
+from tests.serving.engine_test import assert_same
+from tests.text_models import tiny_text_lm
+
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_text_lm(max_sequence_length=128)
+
+
+def prompt(length, seed):
+    return [int(i) for i in np.random.default_rng(seed).integers(3, 300, length)]
+
+
+def config(i, **options):
+    """Greedy for even `i`, seeded sampling for odd, with log-probs."""
+    base = dict(max_new_tokens=6, output_log_probs=True, top_logprobs=2)
+    if i % 2:
+        base.update(do_sample=True, seed=i, temperature=1.3, top_k=40)
+    else:
+        base.update(temperature=0.0)
+    return GenerationConfig(**{**base, **options})
+
+
+def metric(engine, name):
+    for line in engine.metrics.text().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(name)
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_prefix_hits_equal_misses(lm):
+    shared = prompt(37, seed=0)  # two blocks of 16, then 5 tokens
+    requests = [(shared + prompt(9, seed=i), config(i)) for i in range(1, 5)] + [
+        (shared, config(5)),
+        (shared[:20], config(6)),
+        (shared + [7], config(7)),
+    ]
+    with Engine(lm, max_batch_size=4, max_length=96, chunk_size=2) as engine:
+        # The first two arrive together (admitted in one round); the rest
+        # one at a time.
+        first = [engine.submit(p, c) for p, c in requests[:2]]
+        records = [h.result(timeout=TIMEOUT) for h in first]
+        for p, c in requests[2:]:
+            records.append(engine.submit(p, c).result(timeout=TIMEOUT))
+        hits = metric(engine, "keras_gen_prefix_cache_hits_total")
+        queries = metric(engine, "keras_gen_prefix_cache_queries_total")
+        assert metric(engine, "keras_gen_prefix_cache_bytes") > 0
+    # Every request after the first reuses the two whole shared blocks
+    # (the 20-token one: its first).
+    assert hits == 16 * (2 * 5 + 1)
+    assert queries == sum(len(p) for p, _ in requests)
+    for record, (p, c) in zip(records, requests):
+        assert_same(record, alone(lm, p, c))
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_completions_are_cached_for_the_next_turn(lm):
+    first = prompt(12, seed=3)
+    with Engine(lm, max_batch_size=2, max_length=96) as engine:
+        record = engine.submit(first, config(0, max_new_tokens=30)).result(
+            timeout=TIMEOUT
+        )
+        turn = first + record.token_ids[0] + prompt(5, seed=4)
+        second = engine.submit(turn, config(2)).result(timeout=TIMEOUT)
+        # The first prompt and its completion: 41 positions computed, two
+        # whole blocks.
+        assert metric(engine, "keras_gen_prefix_cache_hits_total") == 32
+    assert_same(second, alone(lm, turn, config(2)))
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_eviction_and_opting_out(lm):
+    prompts = [prompt(40, seed=i % 3) for i in range(6)]
+    # A block of the tiny model: 2 layers, keys and values, 2 heads x 16
+    # positions x 16 floats: 8 KiB. Room for three.
+    with Engine(
+        lm, max_batch_size=2, max_length=64, prefix_cache_bytes=3 * 8192
+    ) as engine:
+        records = [
+            engine.submit(p, config(i)).result(timeout=TIMEOUT)
+            for i, p in enumerate(prompts)
+        ]
+        assert engine.prefix_cache.bytes <= 3 * 8192
+        before = metric(engine, "keras_gen_prefix_cache_hits_total")
+        engine.submit(prompts[0], config(0, cache_prompt=False)).result(timeout=TIMEOUT)
+        assert metric(engine, "keras_gen_prefix_cache_hits_total") == before
+    for record, (i, p) in zip(records, enumerate(prompts)):
+        assert_same(record, alone(lm, p, config(i)))
+    with Engine(lm, max_batch_size=2, max_length=64, prefix_cache_bytes=0) as engine:
+        record = engine.submit(prompts[0], config(0)).result(timeout=TIMEOUT)
+        record = engine.submit(prompts[0], config(0)).result(timeout=TIMEOUT)
+        assert metric(engine, "keras_gen_prefix_cache_queries_total") == 0
+    assert_same(record, alone(lm, prompts[0], config(0)))
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_a_long_prompt_prefills_in_chunks_among_running_streams(lm):
+    long = prompt(90, seed=9)
+    with Engine(
+        lm,
+        max_batch_size=4,
+        max_length=128,
+        chunk_size=1,
+        prefill_chunk_tokens=16,
+        prefix_cache_bytes=0,
+    ) as engine:
+        running = [
+            engine.submit(prompt(5, seed=i), config(i, max_new_tokens=40))
+            for i in range(3)
+        ]
+        # Wait for the first tokens: the three run when the long one comes.
+        for handle in running:
+            next(iter(handle))
+        handle = engine.submit(long, config(1))
+        record = handle.result(timeout=TIMEOUT)
+        others = [h.result(timeout=TIMEOUT) for h in running]
+    assert_same(record, alone(lm, long, config(1)))
+    for other, i in zip(others, range(3)):
+        assert_same(other, alone(lm, prompt(5, seed=i), config(i, max_new_tokens=40)))
+
+
+def test_bad_settings_are_refused(lm):
+    with pytest.raises(ValueError, match="prefill_chunk_tokens"):
+        Engine(lm, prefill_chunk_tokens=8)
+    with pytest.raises(ValueError, match="prefix_cache_bytes"):
+        Engine(lm, prefix_cache_bytes=-1)
+    with pytest.raises(TypeError, match="cache_prompt"):
+        GenerationConfig(cache_prompt="yes")

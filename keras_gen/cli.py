@@ -311,6 +311,19 @@ def _add_serve(commands):
         help="requests that may wait for a slot; more get a 429",
     )
     serve.add_argument(
+        "--prefix-cache-bytes",
+        type=_number(int, low=0),
+        default=None,
+        help="host memory for reused prompt prefixes, 0 for none (default: "
+        "the key/value cache's size, at most 1 GiB)",
+    )
+    serve.add_argument(
+        "--prefill-chunk-tokens",
+        type=_number(int, low=16),
+        default=256,
+        help="the most prompt tokens prefilled between two decode chunks",
+    )
+    serve.add_argument(
         "--no-warm-up",
         dest="warm_up",
         action="store_false",
@@ -787,6 +800,8 @@ def run_serve(args):
             max_length=args.max_length,
             max_queue=args.max_queue,
             warm_up=args.warm_up,
+            prefix_cache_bytes=args.prefix_cache_bytes,
+            prefill_chunk_tokens=args.prefill_chunk_tokens,
         )
     except (TypeError, ValueError) as error:
         raise UsageError(_first_line(error)) from None

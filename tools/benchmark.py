@@ -555,6 +555,10 @@ def write_random_weights(args, folder):
 
     keras.utils.set_random_seed(0)
     config = TINY if args.tiny else GPT2_SMALL
+    # A longer context where asked (tools/benchmark_serving.py's 2,000-token
+    # prompts): more learned positions, the same shapes otherwise.
+    context = max(config["max_sequence_length"], getattr(args, "context", 0))
+    config = {**config, "max_sequence_length": context}
     backbone = keras_gen.models.GPT2Backbone(**config)
     # Wider than GPT-2's 0.02 initialisation, so that greedy choices are not
     # decided by float rounding and the token check is meaningful.

@@ -20,9 +20,21 @@ one drawn per request.
 Scenarios: `load` (the above), `short-among-long` (the time to first token
 of a short request on an idle server and while `--long` long ones run, in
 alternating rounds), `soak` (the load workload only, for many requests:
-the server's RSS and compilations after warm-up and at the end) and `lone`
+the server's RSS and compilations after warm-up and at the end), `lone`
 (no server: one greedy request through an `Engine` and through
-`lm.stream`, in alternating rounds, for the engine's cost per token).
+`lm.stream`, in alternating rounds, for the engine's cost per token),
+`shared-prefix` (a `--prefix`-token system prompt shared by every request,
+then a 20-token question: one request's time to first token with the
+prefix cached and with `cache_prompt: false`, in alternating rounds, then
+`--requests` such requests at once, both ways) and `long-prompt` (a
+`--prefix`-token prompt arriving while `--long` requests stream: their
+inter-token latency p99 before it and until its first token, on a server
+that prefills in chunks and on one that prefills whole prompts).
+
+    python tools/benchmark_serving.py --scenario shared-prefix --model gpt2-small \
+        --max-length 2048 --prefix 1000 --requests 32
+    python tools/benchmark_serving.py --scenario long-prompt --model gpt2-small \
+        --max-length 2048 --prefix 2000
 
 Reported: requests/s, output tokens/s, time to first token and inter-token
 latency p50/p90/p99 (a chunk of k tokens counts k gaps of its delay / k),
@@ -51,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (random GPT-2 weights, the same as tools/benchmark.py)
 
 MIXES = ("greedy", "sample", "top_k", "top_p", "penalties")
+SCENARIOS = ("load", "short-among-long", "soak", "lone", "shared-prefix", "long-prompt")
 PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
 
@@ -75,7 +88,19 @@ def parse_args(argv=None):
     parser.add_argument(
         "--scenario",
         default="load",
-        choices=["load", "short-among-long", "soak", "lone"],
+        choices=SCENARIOS,
+    )
+    parser.add_argument(
+        "--prefix",
+        type=int,
+        default=1000,
+        help="shared-prefix: the system prompt's tokens; long-prompt: the long one's",
+    )
+    parser.add_argument(
+        "--prefill-chunk-tokens",
+        type=int,
+        default=256,
+        help="the server's (long-prompt: also a server with whole prompts)",
     )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument(
@@ -189,6 +214,12 @@ def stream(client, body, deadline, first_token=None):
                     first_token.set()
     if not arrivals:
         return {"error": "no tokens"}
+    return timings(started, arrivals)
+
+
+def timings(started, arrivals):
+    """A stream's time to first token and gaps from its `(time, tokens)`
+    arrivals."""
     gaps, previous = [], arrivals[0][0]
     for moment, tokens in arrivals[1:]:
         gaps += [(moment - previous) / tokens] * tokens
@@ -198,6 +229,7 @@ def stream(client, body, deadline, first_token=None):
         "itl": gaps,
         "tokens": sum(tokens for _, tokens in arrivals),
         "latency": time.perf_counter() - started,
+        "arrivals": arrivals,
     }
 
 
@@ -259,7 +291,7 @@ def model_folder(args, folder):
     from keras_gen.tokenizers.tokenizer import Tokenizer
 
     benchmark.write_random_weights(
-        argparse.Namespace(tiny=args.model == "tiny"), folder
+        argparse.Namespace(tiny=args.model == "tiny", context=args.max_length), folder
     )
     size = (benchmark.TINY if args.model == "tiny" else benchmark.GPT2_SMALL)[
         "vocabulary_size"
@@ -301,6 +333,8 @@ def server(args):
             "--max-length",
             str(args.max_length),
         ]
+        if args.prefill_chunk_tokens:
+            command += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]
         env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         process = subprocess.Popen(
             command,
@@ -450,6 +484,113 @@ def scenario_short_among_long(client, process, args):
     return results
 
 
+def random_ids(seed, count):
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(*PROMPT_TOKENS, count)]
+
+
+def scenario_shared_prefix(client, process, args):
+    system = random_ids(args.seed, args.prefix)
+    max_tokens = span(args.max_tokens)[0]
+
+    def body(question, cache_prompt):
+        return {
+            "model": args.model_name,
+            "prompt": system + random_ids(10_000 + question, 20),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "temperature": 0,
+            "stream": True,
+            "cache_prompt": cache_prompt,
+        }
+
+    deadline = time.perf_counter() + args.max_seconds
+    for cache_prompt in (True, False):  # the prefix cached, programs built
+        stream(client, body(0, cache_prompt), deadline)
+    ttft = {True: [], False: []}
+    for i in range(args.rounds):
+        for cache_prompt in (False, True):
+            ttft[cache_prompt].append(
+                stream(client, body(1 + 2 * i + cache_prompt, cache_prompt), deadline)[
+                    "ttft"
+                ]
+            )
+    loads = {}
+    for cache_prompt in (False, True):
+        bodies = [body(100 + i, cache_prompt) for i in range(args.requests)]
+        loads[cache_prompt] = run_load(
+            client, bodies, np.zeros(len(bodies)), len(bodies), args.max_seconds
+        )
+    return {
+        "ttft_ms_cached": [round(t * 1000, 1) for t in ttft[True]],
+        "ttft_ms_uncached": [round(t * 1000, 1) for t in ttft[False]],
+        "ttft_cached_over_uncached": ratio(ttft[True], ttft[False]),
+        "concurrent_cached": loads[True],
+        "concurrent_uncached": loads[False],
+        "throughput_gain": round(
+            loads[True]["output_tokens_per_s"] / loads[False]["output_tokens_per_s"], 2
+        ),
+        "prefix_cache_hits": server_metric(client, "keras_gen_prefix_cache_hits_total"),
+        "server": server_state(client, process),
+    }
+
+
+def scenario_long_prompt(client, process, args):
+    """`--long` streams; after a second of them alone, a long prompt comes."""
+    streams = [
+        {
+            "model": args.model_name,
+            "prompt": random_ids(i, 16),
+            "max_tokens": args.max_length // 2,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "temperature": 0,
+            "stream": True,
+        }
+        for i in range(args.long)
+    ]
+    long = {**streams[0], "prompt": random_ids(99, args.prefix), "max_tokens": 4}
+    deadline = time.perf_counter() + args.max_seconds
+    stream(client, long, deadline)  # programs built
+    for body in streams:
+        stream(client, {**body, "max_tokens": 4}, deadline)
+    with concurrent.futures.ThreadPoolExecutor(args.long) as pool:
+        started = [threading.Event() for _ in streams]
+        running = [
+            pool.submit(stream, client, body, deadline, event)
+            for body, event in zip(streams, started)
+        ]
+        for event in started:
+            event.wait(args.max_seconds)
+        time.sleep(1.0)
+        arrived = time.perf_counter()
+        # Another long prompt each time: no cached prefix.
+        long["prompt"] = random_ids(int(arrived), args.prefix)
+        first = arrived + stream(client, long, deadline)["ttft"]
+        records = [future.result() for future in running]
+
+    def gaps(low, high):
+        found = []
+        for record in records:
+            moments = record["arrivals"]
+            for (before, _), (moment, tokens) in zip(moments, moments[1:]):
+                if low <= moment < high:
+                    found += [(moment - before) / tokens] * tokens
+        return found
+
+    idle, busy = gaps(arrived - 1.0, arrived), gaps(arrived, first + 0.05)
+    return {
+        "long_prompt_ttft_ms": round((first - arrived) * 1000, 1),
+        "idle_itl": percentiles(idle),
+        "busy_itl": percentiles(busy),
+        "p99_busy_over_idle": round(
+            float(np.percentile(busy, 99) / np.percentile(idle, 99)), 2
+        ),
+        "server": server_state(client, process),
+    }
+
+
 def ratio(busy, idle):
     return round(statistics.median(busy) / statistics.median(idle), 2)
 
@@ -507,6 +648,26 @@ def report(args, results):
             f"{results['engine_itl_ms']} ms: {results['engine_over_stream']}x"
         )
         return
+    if args.scenario == "shared-prefix":
+        print(
+            f"a {args.prefix}-token shared prefix + 20-token question, TTFT cached "
+            f"{results['ttft_ms_cached']} ms, uncached {results['ttft_ms_uncached']} "
+            f"ms: {results['ttft_cached_over_uncached']}x; {args.requests} at once: "
+            f"{results['concurrent_cached']['output_tokens_per_s']} against "
+            f"{results['concurrent_uncached']['output_tokens_per_s']} tok/s "
+            f"({results['throughput_gain']}x)"
+        )
+        return
+    if args.scenario == "long-prompt":
+        for run in results["runs"]:
+            print(
+                f"prefill chunks of {run['prefill_chunk_tokens']}: a {args.prefix}-token "
+                f"prompt among {args.long} streams, their ITL p99 "
+                f"{run['idle_itl']['p99_ms']} ms before it, {run['busy_itl']['p99_ms']} "
+                f"ms until its first token ({run['p99_busy_over_idle']}x); its TTFT "
+                f"{run['long_prompt_ttft_ms']} ms"
+            )
+        return
     if args.scenario == "short-among-long":
         print(
             f"short request TTFT idle {results['idle_ttft_ms']} ms, with {args.long} "
@@ -554,14 +715,27 @@ def main(argv=None):
     else:
         import httpx
 
-        with server(args) as (url, process):
-            with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
-                scenario = (
-                    scenario_short_among_long
-                    if args.scenario == "short-among-long"
-                    else scenario_load
-                )
-                results = scenario(client, process, args)
+        scenario = {
+            "short-among-long": scenario_short_among_long,
+            "shared-prefix": scenario_shared_prefix,
+            "long-prompt": scenario_long_prompt,
+        }.get(args.scenario, scenario_load)
+        # long-prompt: with chunked prefill, then with whole prompts.
+        chunks = [args.prefill_chunk_tokens]
+        if args.scenario == "long-prompt":
+            chunks.append(args.max_length)
+        runs = []
+        for chunk in chunks:
+            args.prefill_chunk_tokens = chunk
+            with server(args) as (url, process):
+                with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
+                    runs.append(
+                        {
+                            **scenario(client, process, args),
+                            "prefill_chunk_tokens": chunk,
+                        }
+                    )
+        results = runs[0] if len(runs) == 1 else {"runs": runs}
     report(args, results)
     if args.json:
         with open(args.json, "w") as f:

@@ -91,7 +91,9 @@ class CompletionRequest:
     transformers' `typical_p`, `no_repeat_ngram_size`, `min_length`,
     `bad_words_ids` and `forced_eos_token_id`; `output_scores` and
     `output_logits` (each choice then carries `scores` or `logits`: per
-    token, the `vocabulary_size` processed scores or raw logits); and the
+    token, the `vocabulary_size` processed scores or raw logits);
+    llama.cpp's `cache_prompt` (`false`: the prompt neither reuses nor
+    leaves blocks in the prefix cache); and the
     server's registered processors, selected by `processors` (an object
     from a name to an object of its arguments) or by vLLM's `vllm_xargs`
     (an object whose keys are `"<name>.<argument>"`, or an argument name

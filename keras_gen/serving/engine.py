@@ -88,6 +88,8 @@ CONSTRAINT_STATES = 8192
 # takes by default.
 PREFILL_CHUNK_TOKENS = 256
 PREFIX_CACHE_BYTES = 1 << 30
+# The most prefix-cache blocks one program copies into or out of a slot.
+BLOCK_GROUP = 16
 CONSTRAINT_TRANSITIONS = 1 << 20
 CONSTRAINT_BYTES = 64 << 20
 
@@ -505,13 +507,7 @@ class Engine:
             for bucket in self.prompt_buckets:
                 self._prefill_chunk(0, 0, bucket)
                 self._prefill_chunk(0, bucket, bucket)
-            size = self.prefix_cache.block_tokens
-            block = self._program("read")(
-                {"state": self._device},
-                ops.convert_to_tensor(0, "int32"),
-                ops.convert_to_tensor(0, "int32"),
-            )
-            self._write_block(0, size, block)
+            self._write_blocks(0, 0, self._read_blocks(0, 0))
             for wide in (False, True) if wide_outputs else (False,):
                 for rows in self.row_buckets:
                     for cache_length in self.length_buckets:
@@ -769,22 +765,68 @@ class Engine:
         if not job.cache_prompt or not self.prefix_cache.capacity:
             return 0
         blocks = self.prefix_cache.lookup(prompt)
-        size = self.prefix_cache.block_tokens
         self.metrics.prefix_cache_queries.inc(len(prompt))
-        self.metrics.prefix_cache_hits.inc(len(blocks) * size)
-        for index, block in enumerate(blocks):
-            self._write_block(slot, index * size, block)
-        return len(blocks) * size
+        self.metrics.prefix_cache_hits.inc(len(blocks) * self.prefix_cache.block_tokens)
+        group = self._block_group
+        for first in range(0, len(blocks), group):
+            first = self._group_start(first)
+            self._write_blocks(slot, first, blocks[first : first + group])
+        return len(blocks) * self.prefix_cache.block_tokens
 
-    def _write_block(self, slot, start, block):
+    @property
+    def _block_group(self):
+        """The blocks one read or write program copies."""
+        return min(BLOCK_GROUP, self.cache_length // self.prefix_cache.block_tokens)
+
+    def _group_start(self, first):
+        """The first block of a group that begins at block `first`, moved
+        back where the group would pass the cache's end."""
+        blocks = self.cache_length // self.prefix_cache.block_tokens
+        return min(first, blocks - self._block_group)
+
+    def _write_blocks(self, slot, first, blocks):
+        """Write `blocks` into `slot`'s cache rows from block `first`; the
+        rest of the group with zeros (positions the prompt's prefill
+        writes next)."""
+        size, group = self.prefix_cache.block_tokens, self._block_group
+        layers = []
+        for layer in zip(*blocks):
+            pair = []
+            for part in zip(*layer):  # keys, then values
+                heads, _, head_dim = part[0].shape
+                padding = np.zeros((heads, (group - len(part)) * size, head_dim))
+                pair.append(
+                    ops.convert_to_tensor(
+                        np.concatenate([*part, padding.astype(part[0].dtype)], axis=1)
+                    )
+                )
+            layers.append(tuple(pair))
         if self._device is None:
             self._device = self._empty_cache()
         self._device = self._program("write")(
             {"state": self._device},
             ops.convert_to_tensor(slot, "int32"),
-            ops.convert_to_tensor(start, "int32"),
-            keras.tree.map_structure(ops.convert_to_tensor, block),
+            ops.convert_to_tensor(first * size, "int32"),
+            tuple(layers),
         )["state"]
+
+    def _read_blocks(self, slot, first):
+        """The group of blocks from block `first` of `slot`'s cache rows,
+        as host arrays."""
+        size, group = self.prefix_cache.block_tokens, self._block_group
+        read = self._program("read")(
+            {"state": self._device},
+            ops.convert_to_tensor(slot, "int32"),
+            ops.convert_to_tensor(first * size, "int32"),
+        )
+        read = [tuple(map(ops.convert_to_numpy, layer)) for layer in read]
+        return [
+            tuple(
+                tuple(x[:, i * size : (i + 1) * size].copy() for x in layer)
+                for layer in read
+            )
+            for i in range(group)
+        ]
 
     def _remember(self, job, slot, token_ids):
         """Keep the blocks of `token_ids` that `slot`'s cache rows hold and
@@ -793,16 +835,13 @@ class Engine:
         if not job.cache_prompt or not cache.capacity:
             return
         keys = cache.keys(token_ids)
-        read = self._program("read")
-        for index, key in enumerate(keys):
-            if key not in cache:
-                block = read(
-                    {"state": self._device},
-                    ops.convert_to_tensor(slot, "int32"),
-                    ops.convert_to_tensor(index * cache.block_tokens, "int32"),
-                )
-                block = tuple(tuple(map(ops.convert_to_numpy, kv)) for kv in block)
-                cache.put(token_ids, index, block, keys=keys)
+        missing = [i for i, key in enumerate(keys) if key not in cache]
+        while missing:
+            first = self._group_start(missing[0])
+            blocks = self._read_blocks(slot, first)
+            for index in range(first, min(first + self._block_group, len(keys))):
+                cache.put(token_ids, index, blocks[index - first], keys=keys)
+            missing = [i for i in missing if i >= first + self._block_group]
         cache.touch(keys)
         self.metrics.prefix_cache_bytes.set(cache.bytes)
 
@@ -1010,7 +1049,8 @@ class Engine:
             function = functools.partial(function, lm.backbone)
         elif kind == "read":
             function = functools.partial(
-                engine_programs.read_block, length=self.prefix_cache.block_tokens
+                engine_programs.read_block,
+                length=self._block_group * self.prefix_cache.block_tokens,
             )
             donate = ()
         elif kind == "write":

@@ -26,6 +26,7 @@ import starlette.exceptions
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
 from keras_gen.serving.completion_request import CompletionRequest
+from keras_gen.serving.engine import PREFILL_CHUNK_TOKENS
 from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
@@ -785,6 +786,8 @@ def create_app(
     warm_up=False,
     max_body_bytes=MAX_BODY_BYTES,
     logits_processors=None,
+    prefix_cache_bytes=None,
+    prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
 
@@ -815,6 +818,11 @@ def create_app(
             numbers are each request's own: any mix of requests with and
             without them runs in the engine's one compiled step (see
             `Engine`).
+        prefix_cache_bytes: int, host memory for the prompt prefixes the
+            engine reuses (0: none); by default the key/value cache's size,
+            at most 1 GiB. A request opts out with `"cache_prompt": false`.
+        prefill_chunk_tokens: int, the most prompt tokens prefilled
+            between two decode chunks.
 
     Examples:
     >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
@@ -830,6 +838,8 @@ def create_app(
         max_queue=max_queue,
         generation_config=server_defaults(lm),
         processors=logits_processors,
+        prefix_cache_bytes=prefix_cache_bytes,
+        prefill_chunk_tokens=prefill_chunk_tokens,
     )
     served = types.SimpleNamespace(
         name=model_name,

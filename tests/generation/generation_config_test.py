@@ -17,6 +17,8 @@ BAD = [
     ({"max_new_tokens": True}, TypeError, "max_new_tokens"),
     ({"max_length": 0}, ValueError, "max_length"),
     ({"max_length": "10"}, TypeError, "max_length"),
+    ({"cache_prompt": "yes"}, TypeError, "cache_prompt"),
+    ({"top_logprobs": 21}, ValueError, "top_logprobs"),
     ({"max_length": 5, "max_new_tokens": 2}, ValueError, "not both"),
     ({"min_new_tokens": -1}, ValueError, "min_new_tokens"),
     ({"min_length": 1.0}, TypeError, "min_length"),

@@ -433,6 +433,17 @@ def test_metrics_count_requests_tokens_and_latency(server):
     assert moved("keras_gen_inter_token_latency_seconds_count") == 12
     assert moved("keras_gen_program_compilations_total") == 0
     assert after[("keras_gen_running_requests", ())] == 0
+    # A prompt sent again begins from its cached blocks, unless it opts out.
+    body["prompt"] = "The for statement repeats its body. " * 4
+    for cache_prompt in (True, True, False):
+        before = metrics(client)
+        client.post("/v1/completions", json={**body, "cache_prompt": cache_prompt})
+        after = metrics(client)
+    assert moved("keras_gen_prefix_cache_queries_total") == 0
+    assert after[("keras_gen_prefix_cache_hits_total", ())] >= 16
+    assert after[("keras_gen_prefix_cache_bytes", ())] > 0
+    answer = client.post("/v1/completions", json={**body, "cache_prompt": "no"})
+    assert answer.status_code == 400 and "cache_prompt" in answer.text
 
 
 @pytest.mark.slow

@@ -29,7 +29,8 @@ prefix cached and with `cache_prompt: false`, in alternating rounds, then
 `--requests` such requests at once, both ways) and `long-prompt` (a
 `--prefix`-token prompt arriving while `--long` requests stream: their
 inter-token latency p99 before it and until its first token, on a server
-that prefills in chunks and on one that prefills whole prompts).
+that prefills in chunks of `--prefill-chunk-tokens` (`32,64,128`: one
+server per size) and on one that prefills whole prompts).
 
     python tools/benchmark_serving.py --scenario shared-prefix --model gpt2-small \
         --max-length 2048 --prefix 1000 --requests 32
@@ -98,9 +99,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--prefill-chunk-tokens",
-        type=int,
-        default=256,
-        help="the server's (long-prompt: also a server with whole prompts)",
+        default="256",
+        help="the server's (long-prompt: N[,N...], one server each and one with "
+        "whole prompts)",
     )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument(
@@ -142,6 +143,13 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"--mix: unknown {sorted(unknown)}; choose from {list(MIXES)}")
     args.model_name = args.model_name or args.model
+    try:
+        args.chunk_sizes = [int(n) for n in args.prefill_chunk_tokens.split(",")]
+    except ValueError:
+        parser.error("--prefill-chunk-tokens: N or, for long-prompt, N,N,...")
+    if len(args.chunk_sizes) > 1 and args.scenario != "long-prompt":
+        parser.error("--prefill-chunk-tokens: several sizes only for long-prompt")
+    args.prefill_chunk_tokens = args.chunk_sizes[0]
     return args
 
 
@@ -721,7 +729,7 @@ def main(argv=None):
             "long-prompt": scenario_long_prompt,
         }.get(args.scenario, scenario_load)
         # long-prompt: with chunked prefill, then with whole prompts.
-        chunks = [args.prefill_chunk_tokens]
+        chunks = list(args.chunk_sizes)
         if args.scenario == "long-prompt":
             chunks.append(args.max_length)
         runs = []

@@ -68,3 +68,18 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
         tmp_path, "--scenario", "lone", "--rounds", "1", "--max-tokens", "9"
     )
     assert results["engine_over_stream"] > 0 and "lm.stream" in stdout
+
+
+def test_several_prefill_chunk_sizes_are_for_the_long_prompt_scenario():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import benchmark_serving
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    args = benchmark_serving.parse_args(
+        ["--scenario", "long-prompt", "--prefill-chunk-tokens", "32,64"]
+    )
+    assert args.chunk_sizes == [32, 64] and args.prefill_chunk_tokens == 32
+    for wrong in (["--prefill-chunk-tokens", "32,64"], ["--prefill-chunk-tokens", "x"]):
+        with pytest.raises(SystemExit):
+            benchmark_serving.parse_args(wrong)

@@ -1,5 +1,6 @@
 """Scaled dot-product attention over a fixed-shape key/value cache."""
 
+import collections
 import math
 
 import keras
@@ -8,6 +9,18 @@ from keras import ops
 from keras_gen import backend
 from keras_gen import layouts
 from keras_gen.layers.lean_call import LeanCall
+
+
+class CacheRow(
+    collections.namedtuple("CacheRow", ("keys", "values", "row", "positions"))
+):
+    """A layer's cache given as row `row` of many-row `keys` and `values`
+    (the serving engine's slots), of which a call attends to the first
+    positions, as many as the `(length,)` tensor `positions` holds (its
+    shape is what counts: Keras takes no Python numbers beside tensors).
+    The new keys and values go straight into the many-row cache, in place,
+    and only the row's positions are read back: a prompt chunk costs what
+    it attends to, not a copy of its row."""
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -35,7 +48,8 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         key: `(batch, num_key_value_heads, length, head_dim)`.
         value: same shape as `key`.
         cache: `None`, or a `(key_cache, value_cache)` pair, each
-            `(batch, num_key_value_heads, cache_length, head_dim)`. It is
+            `(batch, num_key_value_heads, cache_length, head_dim)`, or a
+            `CacheRow` of such caches (with a scalar `index`). It is
             handed over: on torch it is updated in place.
         index: scalar int tensor, the position of the first new token, or
             a `(batch,)` int tensor: one such position per row.
@@ -86,7 +100,26 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         per_row = len(getattr(index, "shape", ())) == 1
         update = backend.update_rows if per_row else backend.update_slice
         keys, values, key_start = key, value, index
-        if cache is not None:
+        if isinstance(cache, CacheRow):
+            zero = ops.zeros((), "int32")
+            row = ops.cast(cache.row, "int32")
+            starts = (row, zero, ops.cast(index, "int32"), zero)
+            key_cache, value_cache = (
+                layouts.shard_heads(backend.update_block(x, new, starts, donate=True))
+                for x, new in ((cache.keys, key), (cache.values, value))
+            )
+            cache = cache._replace(keys=key_cache, values=value_cache)
+            keys, values = (
+                backend.slice(
+                    backend.slice(x, row, 1, axis=0),
+                    0,
+                    ops.shape(cache.positions)[0],
+                    axis=2,
+                )
+                for x in (key_cache, value_cache)
+            )
+            key_start = 0
+        elif cache is not None:
             key_cache, value_cache = cache
             # The caller hands the cache over: it is written in place.
             key_cache = update(key_cache, key, index, axis=2, donate=True)

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen import layouts
+from keras_gen.layers.cached_attention import CacheRow
 
 
 class Backbone(keras.Model):
@@ -21,8 +22,9 @@ class Backbone(keras.Model):
     - `call_with_state(token_ids, state, index)`: run new tokens from
       position `index` (a scalar tensor, or a `(batch,)` tensor of one
       position per row) against the cache. Returns
-      `(logits, hidden_states, state)`. `extend_state` does the same
-      without the logits: the serving engine's prompt chunks.
+      `(logits, hidden_states, state)`. `extend_row` does the same for
+      one row of a larger cache, without the logits: the serving engine's
+      prompt chunks.
 
     `state` is a tuple with one `(key_cache, value_cache)` pair per layer,
     each `(batch, num_key_value_heads, cache_length, head_dim)`: updated in
@@ -265,11 +267,21 @@ class Backbone(keras.Model):
         logits = self.compute_logits(hidden_states)
         return logits, hidden_states, state
 
-    def extend_state(self, token_ids, state, index):
-        """`state` with the keys and values of `token_ids` written from
-        position `index`, each token attending to the cache before it (a
-        prompt prefilled in chunks, or after a reused prefix); no logits."""
-        return self._run_with_state(token_ids, state, index)[1]
+    def extend_row(self, token_ids, state, row, index, cache_length):
+        """`state` with the keys and values of the `(1, length)`
+        `token_ids` written into its row `row` from position `index`, each
+        token attending to that row's positions before it, all within its
+        first `cache_length` (a prompt prefilled in chunks beside other
+        rows, or after a reused prefix); no logits."""
+        x = self.embed(layouts.shard_batch(token_ids), index)
+        positions = ops.arange(cache_length, dtype="int32")
+        new_state = []
+        for block, (keys, values) in zip(self.transformer_layers, state):
+            x, cache = block(
+                x, cache=CacheRow(keys, values, row, positions), index=index
+            )
+            new_state.append((cache.keys, cache.values))
+        return tuple(new_state)
 
     def _run_with_state(self, token_ids, state, index):
         token_ids = layouts.shard_batch(token_ids)

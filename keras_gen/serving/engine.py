@@ -147,7 +147,8 @@ class Engine:
 
     A prompt's cache rows are seeded without touching other rows, in
     chunks of at most `prefill_chunk_tokens` positions (one program per
-    chunk length bucket), and no more than that many prompt positions run
+    chunk length bucket and, past the first chunk, length bucket of the
+    positions it attends to), and no more than that many prompt positions run
     between two decode chunks: a long prompt does not stall the running
     requests for its whole prefill. Prompts begin where a cached prefix
     ends: the prefix cache keeps the key/value rows of the prompts (and
@@ -465,8 +466,11 @@ class Engine:
 
     @property
     def prompt_buckets(self):
-        """The padded prompt lengths: one admit program each."""
-        return _buckets(MIN_PREFILL_LENGTH, self.cache_length)
+        """The padded lengths of prompt chunks: one admit program each, and
+        an extend program per length bucket it may attend to."""
+        return _buckets(
+            MIN_PREFILL_LENGTH, min(self.prefill_chunk_tokens, self.cache_length)
+        )
 
     @property
     def length_buckets(self):
@@ -506,7 +510,9 @@ class Engine:
         with backend.warming_up():
             for bucket in self.prompt_buckets:
                 self._prefill_chunk(0, 0, bucket)
-                self._prefill_chunk(0, bucket, bucket)
+                for attended in self.length_buckets:
+                    if attended > bucket:
+                        self._prefill_chunk(0, attended - bucket, bucket)
             self._write_blocks(0, 0, self._read_blocks(0, 0))
             for wide in (False, True) if wide_outputs else (False,):
                 for rows in self.row_buckets:
@@ -752,7 +758,8 @@ class Engine:
             )["state"]
             return
         start = min(start, self.cache_length - bucket)
-        self._device = self._program("extend", bucket)(
+        attended = next(n for n in self.length_buckets if n >= start + bucket)
+        self._device = self._program("extend", (bucket, attended))(
             {"state": self._device},
             ops.convert_to_tensor(slot, "int32"),
             ops.convert_to_tensor(token_ids[None, start : start + bucket], "int32"),
@@ -1037,16 +1044,20 @@ class Engine:
     # Programs and state.
 
     def _program(self, kind, bucket=None):
-        """The compiled `admit` or `extend` (per prompt bucket), `read`,
-        `write` or `decode` (per row and length bucket) program."""
+        """The compiled `admit` (per prompt bucket), `extend` (per prompt
+        and length bucket), `read`, `write` or `decode` (per row and length
+        bucket) program."""
         return self.programs.get((kind, bucket), lambda: self._build(kind, bucket))
 
     def _build(self, kind, bucket):
         lm = self.lm
         donate = (0,)
-        if kind in ("admit", "extend"):
-            function = getattr(engine_programs, kind)
-            function = functools.partial(function, lm.backbone)
+        if kind == "admit":
+            function = functools.partial(engine_programs.admit, lm.backbone)
+        elif kind == "extend":  # bucket: (chunk bucket, positions attended)
+            function = functools.partial(
+                engine_programs.extend, lm.backbone, cache_length=bucket[1]
+            )
         elif kind == "read":
             function = functools.partial(
                 engine_programs.read_block,

@@ -8,8 +8,9 @@ run. Two programs run over it:
 - `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
   one prompt, or its first chunk (one program per prompt length bucket),
   and touches no other row;
-- `extend(loop, slot, token_ids, start)` continues them with the next
-  chunk of a prompt (one program per chunk length bucket), and
+- `extend(loop, slot, token_ids, start, cache_length)` continues them
+  with the next chunk of a prompt (one program per chunk length bucket
+  and length bucket of the positions it attends to), and
   `read_block` / `write_block` copy one block of positions out of and
   into them (the prefix cache's blocks);
 - `decode(lm, sampler, processors, loop, tables, cache_length)` runs the
@@ -47,29 +48,14 @@ def admit(backbone, loop, slot, token_ids, mask):
     return {**loop, "state": state}
 
 
-def extend(backbone, loop, slot, token_ids, start):
+def extend(backbone, loop, slot, token_ids, start, cache_length):
     """Write the keys and values of a `(1, bucket)` prompt chunk into slot
     `slot`'s cache rows from position `start`, each token attending to the
-    slot's cache before it. The positions that padding fills are written
-    too (harmless: a later chunk or step writes each position before it is
-    read); every one lies inside the cache."""
-    rows = tuple(
-        tuple(backend.slice(x, slot, 1, axis=0) for x in layer)
-        for layer in loop["state"]
-    )
-    rows = backbone.extend_state(token_ids, rows, start)
-    length = ops.shape(token_ids)[1]
-    zero = ops.zeros((), "int32")
-    starts = (ops.cast(slot, "int32"), zero, ops.cast(start, "int32"), zero)
-    state = tuple(
-        tuple(
-            backend.update_block(
-                cache, backend.slice(row, start, length, axis=2), starts, donate=True
-            )
-            for cache, row in zip(layer, rows_layer)
-        )
-        for layer, rows_layer in zip(loop["state"], rows)
-    )
+    slot's first `cache_length` positions before it. The positions that
+    padding fills are written too (harmless: a later chunk or step writes
+    each position before it is read); every one lies inside the first
+    `cache_length`."""
+    state = backbone.extend_row(token_ids, loop["state"], slot, start, cache_length)
     return {**loop, "state": state}
 
 

@@ -2,6 +2,7 @@ import numpy as np
 from keras import ops
 
 from keras_gen.layers import CachedAttention
+from keras_gen.layers.cached_attention import CacheRow
 
 
 def reference(query, key, value, window=None):
@@ -71,3 +72,24 @@ def test_without_cache_attends_causally():
     np.testing.assert_allclose(
         ops.convert_to_numpy(out), reference(query, key, value), atol=1e-5
     )
+
+
+def test_a_cache_row_attends_as_that_row_alone_and_writes_only_it():
+    rng = np.random.default_rng(1)
+    caches = [rng.standard_normal((3, 2, 16, 8)).astype("float32") for _ in range(2)]
+    query = rng.standard_normal((1, 4, 3, 8)).astype("float32")
+    key, value = (rng.standard_normal((1, 2, 3, 8)).astype("float32") for _ in "kv")
+    layer, index = CachedAttention(), ops.convert_to_tensor(5, "int32")
+    # The row's first 8 positions, as a cache of their own.
+    alone, _ = layer(
+        query, key, value, cache=tuple(c[1:2, :, :8] for c in caches), index=index
+    )
+    row = CacheRow(*caches, ops.convert_to_tensor(1, "int32"), ops.arange(8))
+    outputs, written = layer(query, key, value, cache=row, index=index)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(outputs), ops.convert_to_numpy(alone), atol=1e-6
+    )
+    for before, after, new in zip(caches, written[:2], (key, value)):
+        expected = before.copy()
+        expected[1, :, 5:8] = new[0]
+        np.testing.assert_array_equal(ops.convert_to_numpy(after), expected)

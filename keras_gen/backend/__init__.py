@@ -185,11 +185,12 @@ def update_slice(x, update, start, axis, donate=False):
 def update_rows(x, update, starts, axis, donate=False):
     """`x` with row `b` of `update` written along `axis` from `starts[b]`.
 
-    The per-row form of `update_slice`: `x` and `update` share the batch
-    axis 0 and `starts` is a `(batch,)` int tensor, so that each row of a
-    batch can write at its own position (speculative decoding advances rows
-    by different counts). Every write must lie inside `x`. `donate` as in
-    `update_slice`.
+    The per-row form of `update_slice`: `starts` is a `(batch,)` int
+    tensor, so that each row of a batch can write at its own position
+    (speculative decoding advances rows by different counts). `x` may have
+    more rows than `update`: its first rows are written (the serving
+    engine's occupied slots). Every write must lie inside `x`. `donate` as
+    in `update_slice`.
     """
     return _impl.update_rows(x, update, starts, axis, donate=donate)
 

@@ -79,12 +79,26 @@ def update_slice(x, update, start, axis, donate=False):
 
 
 def update_rows(x, update, starts, axis, donate=False):
+    starts = jax.numpy.asarray(starts, "int32")
+    if x.shape[0] != update.shape[0]:
+        # A scatter into the first rows: index arrays over axes 0..axis
+        # that broadcast to `update.shape[:axis + 1]`.
+        indices = []
+        for dim in range(axis + 1):
+            shape = [1] * (axis + 1)
+            shape[dim] = update.shape[dim]
+            index = jax.numpy.arange(update.shape[dim], dtype="int32").reshape(shape)
+            if dim == axis:
+                index = index + starts.reshape([-1] + [1] * axis)
+            indices.append(index)
+        return x.at[tuple(indices)].set(update.astype(x.dtype))
+
     def update_row(row, row_update, start):
         return jax.lax.dynamic_update_slice_in_dim(
             row, row_update.astype(row.dtype), start, axis=axis - 1
         )
 
-    return jax.vmap(update_row)(x, update, jax.numpy.asarray(starts, "int32"))
+    return jax.vmap(update_row)(x, update, starts)
 
 
 def update_block(x, update, starts, donate=False):

@@ -11,16 +11,18 @@ from keras_gen import layouts
 from keras_gen.layers.lean_call import LeanCall
 
 
-class CacheRow(
-    collections.namedtuple("CacheRow", ("keys", "values", "row", "positions"))
+class CacheView(
+    collections.namedtuple("CacheView", ("keys", "values", "row", "positions"))
 ):
-    """A layer's cache given as row `row` of many-row `keys` and `values`
-    (the serving engine's slots), of which a call attends to the first
-    positions, as many as the `(length,)` tensor `positions` holds (its
-    shape is what counts: Keras takes no Python numbers beside tensors).
-    The new keys and values go straight into the many-row cache, in place,
-    and only the row's positions are read back: a prompt chunk costs what
-    it attends to, not a copy of its row."""
+    """A layer's cache given as rows of many-row `keys` and `values` (the
+    serving engine's slots): as many rows as the call's batch from row
+    `row` (a scalar tensor; `0` with a `(batch,)` index), of which the
+    call attends to the first positions, as many as the `(length,)`
+    tensor `positions` holds (its shape is what counts: Keras takes no
+    Python numbers beside tensors). The new keys and values go straight
+    into the many-row cache, in place, and only the rows' first positions
+    are read back: a prompt chunk or a decode step costs the positions it
+    attends to, not a copy of its rows."""
 
 
 @keras.saving.register_keras_serializable(package="keras_gen")
@@ -49,7 +51,7 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         value: same shape as `key`.
         cache: `None`, or a `(key_cache, value_cache)` pair, each
             `(batch, num_key_value_heads, cache_length, head_dim)`, or a
-            `CacheRow` of such caches (with a scalar `index`). It is
+            `CacheView` of such caches. It is
             handed over: on torch it is updated in place.
         index: scalar int tensor, the position of the first new token, or
             a `(batch,)` int tensor: one such position per row.
@@ -100,18 +102,25 @@ class CachedAttention(LeanCall, keras.layers.Layer):
         per_row = len(getattr(index, "shape", ())) == 1
         update = backend.update_rows if per_row else backend.update_slice
         keys, values, key_start = key, value, index
-        if isinstance(cache, CacheRow):
-            zero = ops.zeros((), "int32")
+        if isinstance(cache, CacheView):
             row = ops.cast(cache.row, "int32")
-            starts = (row, zero, ops.cast(index, "int32"), zero)
+            zero = ops.zeros((), "int32")
+
+            def write(x, new):
+                if per_row:  # the first rows, each at its own position
+                    return update(x, new, index, axis=2, donate=True)
+                starts = (row, zero, ops.cast(index, "int32"), zero)
+                return backend.update_block(x, new, starts, donate=True)
+
             key_cache, value_cache = (
-                layouts.shard_heads(backend.update_block(x, new, starts, donate=True))
+                layouts.shard_heads(write(x, new))
                 for x, new in ((cache.keys, key), (cache.values, value))
             )
             cache = cache._replace(keys=key_cache, values=value_cache)
+            batch = ops.shape(query)[0]
             keys, values = (
                 backend.slice(
-                    backend.slice(x, row, 1, axis=0),
+                    backend.slice(x, row, batch, axis=0),
                     0,
                     ops.shape(cache.positions)[0],
                     axis=2,

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen import layouts
-from keras_gen.layers.cached_attention import CacheRow
+from keras_gen.layers.cached_attention import CacheView
 
 
 class Backbone(keras.Model):
@@ -278,7 +278,7 @@ class Backbone(keras.Model):
         new_state = []
         for block, (keys, values) in zip(self.transformer_layers, state):
             x, cache = block(
-                x, cache=CacheRow(keys, values, row, positions), index=index
+                x, cache=CacheView(keys, values, row, positions), index=index
             )
             new_state.append((cache.keys, cache.values))
         return tuple(new_state)

@@ -28,6 +28,7 @@ numbers, do.
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.layers.cached_attention import CacheView
 from keras_gen.samplers.loop_state import LoopState
 
 
@@ -95,17 +96,16 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
     processor, `processor_parameters` and `processor_rows`) and the cache
     `state`; it may cover only the first slots (a row bucket), and every
     running slot ends within the first `cache_length` positions (a length
-    bucket): the program steps that block of the cache alone and writes it
-    back in place. Returns `slots` as they are after the steps.
+    bucket): the steps write into the whole cache in place and attend to
+    that block of it alone. Returns `slots` as they are after the steps.
     """
     cache = slots["state"]
     rows, length = ops.shape(slots["token_ids"])
     block = (rows, cache_length) != tuple(ops.shape(cache[0][0])[::2])
     state = cache
-    if block:
-        state = tuple(
-            tuple(x[:rows, :, :cache_length] for x in layer) for layer in cache
-        )
+    if block:  # the first rows and positions, read in place
+        zero, positions = ops.zeros((), "int32"), ops.arange(cache_length)
+        state = tuple(CacheView(*layer, zero, positions) for layer in cache)
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = LoopState(
         token_ids=slots["token_ids"],
@@ -129,14 +129,7 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
     loop = bound.run(lm.next, loop)
     state = loop.state
     if block:
-        zero = ops.zeros((), "int32")
-        state = tuple(
-            tuple(
-                backend.update_block(x, block, (zero,) * 4, donate=True)
-                for x, block in zip(layer, rows_layer)
-            )
-            for layer, rows_layer in zip(cache, state)
-        )
+        state = tuple((view.keys, view.values) for view in state)
     return {
         **slots,
         "state": state,

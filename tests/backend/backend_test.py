@@ -73,6 +73,21 @@ def test_donated_update_writes_the_same_values(broadcast):
         assert updated is x  # written in place, not copied
 
 
+def test_update_rows_writes_the_first_rows_of_a_larger_tensor():
+    x = np.arange(4 * 2 * 5, dtype="float32").reshape(4, 2, 5)
+    update = -np.ones((2, 2, 1), "float32")
+    updated = backend.update_rows(
+        ops.convert_to_tensor(x.copy()),
+        ops.convert_to_tensor(update),
+        ops.convert_to_tensor([1, 3], "int32"),
+        axis=2,
+        donate=True,
+    )
+    expected = x.copy()
+    expected[0, :, 1] = expected[1, :, 3] = -1
+    np.testing.assert_array_equal(ops.convert_to_numpy(updated), expected)
+
+
 # A few rows and many: torch multiplies them in different forms.
 @pytest.mark.parametrize("shape", [(2, 8), (2, 3, 8), (1, 1, 8)])
 def test_matmul_transposed(shape):

@@ -2,7 +2,7 @@ import numpy as np
 from keras import ops
 
 from keras_gen.layers import CachedAttention
-from keras_gen.layers.cached_attention import CacheRow
+from keras_gen.layers.cached_attention import CacheView
 
 
 def reference(query, key, value, window=None):
@@ -84,7 +84,7 @@ def test_a_cache_row_attends_as_that_row_alone_and_writes_only_it():
     alone, _ = layer(
         query, key, value, cache=tuple(c[1:2, :, :8] for c in caches), index=index
     )
-    row = CacheRow(*caches, ops.convert_to_tensor(1, "int32"), ops.arange(8))
+    row = CacheView(*caches, ops.convert_to_tensor(1, "int32"), ops.arange(8))
     outputs, written = layer(query, key, value, cache=row, index=index)
     np.testing.assert_allclose(
         ops.convert_to_numpy(outputs), ops.convert_to_numpy(alone), atol=1e-6

@@ -23,6 +23,9 @@ alternating rounds), `soak` (the load workload only, for many requests:
 the server's RSS and compilations after warm-up and at the end), `lone`
 (no server: one greedy request through an `Engine` and through
 `lm.stream`, in alternating rounds, for the engine's cost per token),
+`busy` (no server: `--max-batch-size` greedy requests of `--max-tokens`
+decoding together in an `Engine`, against `lm.generate`'s step at that
+batch, in alternating rounds),
 `shared-prefix` (a `--prefix`-token system prompt shared by every request,
 then a 20-token question: one request's time to first token with the
 prefix cached and with `cache_prompt: false`, in alternating rounds, then
@@ -64,7 +67,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (random GPT-2 weights, the same as tools/benchmark.py)
 
 MIXES = ("greedy", "sample", "top_k", "top_p", "penalties")
-SCENARIOS = ("load", "short-among-long", "soak", "lone", "shared-prefix", "long-prompt")
+SCENARIOS = (
+    "load",
+    "short-among-long",
+    "soak",
+    "lone",
+    "busy",
+    "shared-prefix",
+    "long-prompt",
+)
 PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
 
@@ -647,6 +658,66 @@ def scenario_lone(args):
     }
 
 
+def scenario_busy(args):
+    """Inter-token latency of `--max-batch-size` greedy requests decoding
+    together in an `Engine`, against `lm.generate`'s step at that batch."""
+    os.environ["KERAS_BACKEND"] = args.backend
+    from keras_gen.cli import load_model
+    from keras_gen.serving import Engine
+
+    with tempfile.TemporaryDirectory() as folder:
+        lm = load_model(model_folder(args, folder))
+    rng = np.random.default_rng(args.seed)
+    batch, new = args.max_batch_size, span(args.max_tokens)[1]
+    prompts = rng.integers(*PROMPT_TOKENS, (batch, 32)).tolist()
+    options = dict(temperature=0, stop_token_ids=[])
+
+    def generate_step():
+        """Seconds per step: `new` tokens less one, over `new - 1`."""
+        times = []
+        for count in (new, 1):
+            started = time.perf_counter()
+            lm.generate(prompts, max_new_tokens=count, **options)
+            times.append(time.perf_counter() - started)
+        return (times[0] - times[1]) / (new - 1)
+
+    def engine_step(engine):
+        """Seconds per token of each request once all of them run."""
+        handles = [engine.submit(p, max_new_tokens=new, **options) for p in prompts]
+        arrivals = []  # (moment, tokens) of every chunk, all requests
+
+        def drain(handle):
+            for chunk in handle:
+                if chunk.token_ids[0]:
+                    arrivals.append((time.perf_counter(), len(chunk.token_ids[0])))
+
+        threads = [threading.Thread(target=drain, args=(h,)) for h in handles]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        arrivals.sort()
+        first = arrivals[batch - 1][0]  # every request has its first token
+        tokens = sum(n for moment, n in arrivals if moment > first) / batch
+        return (arrivals[-1][0] - first) / tokens
+
+    with Engine(lm, max_batch_size=batch, max_length=args.max_length) as engine:
+        engine.warm_up()
+        runs = {"generate": generate_step, "engine": lambda: engine_step(engine)}
+        for run in runs.values():  # warm-up with the measured shapes
+            run()
+        times = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                times[name].append(run())
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "generate_step_ms": [round(t * 1000, 2) for t in times["generate"]],
+        "engine_itl_ms": [round(t * 1000, 2) for t in times["engine"]],
+        "engine_over_generate": round(medians["engine"] / medians["generate"], 3),
+    }
+
+
 def report(args, results):
     print(f"model {args.model}, backend {args.backend}, scenario {args.scenario}")
     if args.scenario == "lone":
@@ -654,6 +725,13 @@ def report(args, results):
             f"one greedy request, per token after the first: lm.stream "
             f"{results['stream_itl_ms']} ms, engine ({args.max_batch_size} slots) "
             f"{results['engine_itl_ms']} ms: {results['engine_over_stream']}x"
+        )
+        return
+    if args.scenario == "busy":
+        print(
+            f"{args.max_batch_size} greedy requests together, per token: engine "
+            f"{results['engine_itl_ms']} ms, lm.generate's batch step "
+            f"{results['generate_step_ms']} ms: {results['engine_over_generate']}x"
         )
         return
     if args.scenario == "shared-prefix":
@@ -718,8 +796,8 @@ def report(args, results):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.scenario == "lone":
-        results = scenario_lone(args)
+    if args.scenario in ("lone", "busy"):
+        results = {"lone": scenario_lone, "busy": scenario_busy}[args.scenario](args)
     else:
         import httpx
 

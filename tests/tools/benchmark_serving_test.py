@@ -69,6 +69,11 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
     )
     assert results["engine_over_stream"] > 0 and "lm.stream" in stdout
 
+    results, stdout = run(
+        tmp_path, "--scenario", "busy", "--rounds", "1", "--max-tokens", "9"
+    )
+    assert results["engine_over_generate"] > 0 and "lm.generate" in stdout
+
 
 def test_several_prefill_chunk_sizes_are_for_the_long_prompt_scenario():
     sys.path.insert(0, str(ROOT / "tools"))

@@ -110,9 +110,8 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--prefill-chunk-tokens",
-        default="256",
-        help="the server's (long-prompt: N[,N...], one server each and one with "
-        "whole prompts)",
+        help="the server's (default: its own; long-prompt: N[,N...], one server "
+        "each, and one with whole prompts)",
     )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument(
@@ -155,7 +154,10 @@ def parse_args(argv=None):
         parser.error(f"--mix: unknown {sorted(unknown)}; choose from {list(MIXES)}")
     args.model_name = args.model_name or args.model
     try:
-        args.chunk_sizes = [int(n) for n in args.prefill_chunk_tokens.split(",")]
+        chunks = args.prefill_chunk_tokens
+        args.chunk_sizes = (
+            [None] if chunks is None else [int(n) for n in chunks.split(",")]
+        )
     except ValueError:
         parser.error("--prefill-chunk-tokens: N or, for long-prompt, N,N,...")
     if len(args.chunk_sizes) > 1 and args.scenario != "long-prompt":
@@ -747,7 +749,8 @@ def report(args, results):
     if args.scenario == "long-prompt":
         for run in results["runs"]:
             print(
-                f"prefill chunks of {run['prefill_chunk_tokens']}: a {args.prefix}-token "
+                f"prefill chunks of {run['prefill_chunk_tokens'] or 'the default'}: "
+                f"a {args.prefix}-token "
                 f"prompt among {args.long} streams, their ITL p99 "
                 f"{run['idle_itl']['p99_ms']} ms before it, {run['busy_itl']['p99_ms']} "
                 f"ms until its first token ({run['p99_busy_over_idle']}x); its TTFT "

@@ -320,8 +320,9 @@ def _add_serve(commands):
     serve.add_argument(
         "--prefill-chunk-tokens",
         type=_number(int, low=16),
-        default=32,
-        help="the most prompt tokens prefilled between two decode chunks (default 32)",
+        default=256,
+        help="the most prompt tokens prefilled between two decode chunks "
+        "(default 256; 32 spares running streams the stall of a long prompt)",
     )
     serve.add_argument(
         "--no-warm-up",

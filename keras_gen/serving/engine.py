@@ -85,13 +85,14 @@ MIN_LENGTH_BUCKET = 64
 CONSTRAINT_STATES = 8192
 # The most prompt tokens prefilled between two decode chunks (see
 # `Engine.prefill_chunk_tokens`), and the most bytes the prefix cache
-# takes by default. Measured (jax, GPT-2 small, 2 cores; a 2,000-token
-# prompt among 7 streams, `benchmark_serving.py --scenario long-prompt`):
-# chunks of 32 keep the streams' inter-token latency p99 at 2.4-2.9x its
-# idle value (64: 3.3-3.6x, 128: 4.7x, whole prompts: 31-41x) for a time
-# to the long prompt's first token of 9.2-9.8 s (64: 6.1-6.6 s, whole:
-# 3.4-3.8 s).
-PREFILL_CHUNK_TOKENS = 32
+# takes by default. Measured (jax, 2 cores; `benchmark_serving.py`):
+# small chunks spare running streams the stall of a long prompt (a
+# 2,000-token prompt among 7 streams on GPT-2 small: their inter-token
+# latency p99 2.4-2.9x idle with 32, 6.9x with 256) but starve a queue of
+# short prompts of prefill (the demo's 1,000-request soak at 40/s: time to
+# first token p50 1.76 s with 32, 0.14 s with 256; 30.8 against 36.9
+# requests/s).
+PREFILL_CHUNK_TOKENS = 256
 PREFIX_CACHE_BYTES = 1 << 30
 # The most prefix-cache blocks one program copies into or out of a slot.
 BLOCK_GROUP = 16

@@ -325,6 +325,14 @@ def _add_serve(commands):
         "(default 256; 32 spares running streams the stall of a long prompt)",
     )
     serve.add_argument(
+        "--num-speculative-tokens",
+        type=_number(int, 1, 32),
+        default=None,
+        help="let requests speculate by prompt lookup (their "
+        "`prompt_lookup_ngram`), proposing at most this many tokens per step "
+        "(default: no speculation)",
+    )
+    serve.add_argument(
         "--no-warm-up",
         dest="warm_up",
         action="store_false",
@@ -803,6 +811,7 @@ def run_serve(args):
             warm_up=args.warm_up,
             prefix_cache_bytes=args.prefix_cache_bytes,
             prefill_chunk_tokens=args.prefill_chunk_tokens,
+            num_speculative_tokens=args.num_speculative_tokens,
         )
     except (TypeError, ValueError) as error:
         raise UsageError(_first_line(error)) from None

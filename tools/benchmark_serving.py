@@ -33,12 +33,18 @@ prefix cached and with `cache_prompt: false`, in alternating rounds, then
 `--prefix`-token prompt arriving while `--long` requests stream: their
 inter-token latency p99 before it and until its first token, on a server
 that prefills in chunks of `--prefill-chunk-tokens` (`32,64,128`: one
-server per size) and on one that prefills whole prompts).
+server per size) and on one that prefills whole prompts), and `ngram` (one
+greedy request of `--max-tokens` at a time, with `prompt_lookup_ngram` and
+without, in alternating rounds, on a prompt that repeats a phrase and on
+one that does not, then `--max-batch-size` of each at once, both ways, on a
+server started with `--num-speculative-tokens`; its acceptance rate).
 
     python tools/benchmark_serving.py --scenario shared-prefix --model gpt2-small \
         --max-length 2048 --prefix 1000 --requests 32
     python tools/benchmark_serving.py --scenario long-prompt --model gpt2-small \
         --max-length 2048 --prefix 2000
+    python tools/benchmark_serving.py --scenario ngram --model gpt2-small \
+        --max-tokens 128
 
 Reported: requests/s, output tokens/s, time to first token and inter-token
 latency p50/p90/p99 (a chunk of k tokens counts k gaps of its delay / k),
@@ -75,6 +81,7 @@ SCENARIOS = (
     "busy",
     "shared-prefix",
     "long-prompt",
+    "ngram",
 )
 PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
@@ -112,6 +119,14 @@ def parse_args(argv=None):
         "--prefill-chunk-tokens",
         help="the server's (default: its own; long-prompt: N[,N...], one server "
         "each, and one with whole prompts)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        help="the server's (default: none; ngram: 4)",
+    )
+    parser.add_argument(
+        "--ngram", type=int, default=3, help="ngram: the requests' prompt_lookup_ngram"
     )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument(
@@ -163,6 +178,8 @@ def parse_args(argv=None):
     if len(args.chunk_sizes) > 1 and args.scenario != "long-prompt":
         parser.error("--prefill-chunk-tokens: several sizes only for long-prompt")
     args.prefill_chunk_tokens = args.chunk_sizes[0]
+    if args.scenario == "ngram" and args.num_speculative_tokens is None:
+        args.num_speculative_tokens = 4
     return args
 
 
@@ -356,6 +373,8 @@ def server(args):
         ]
         if args.prefill_chunk_tokens:
             command += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]
+        if args.num_speculative_tokens:
+            command += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
         env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         process = subprocess.Popen(
             command,
@@ -612,6 +631,70 @@ def scenario_long_prompt(client, process, args):
     }
 
 
+def scenario_ngram(client, process, args):
+    """Prompt lookup against plain decoding, one request at a time and
+    `--max-batch-size` at once, on repeating and on random prompts."""
+    phrase = random_ids(args.seed, 12)
+    prompts = {
+        "repeating": (phrase * 8)[:64],
+        "random": random_ids(args.seed + 1, 64),
+    }
+    max_tokens = span(args.max_tokens)[1]
+
+    def body(prompt, ngram):
+        return {
+            "model": args.model_name,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "temperature": 0,
+            "stream": True,
+            "prompt_lookup_ngram": ngram,
+        }
+
+    deadline = time.perf_counter() + args.max_seconds
+    results = {}
+    for kind, prompt in prompts.items():
+        for ngram in (None, args.ngram):  # programs built, timings warm
+            stream(client, body(prompt, ngram), deadline)
+        speed = {None: [], args.ngram: []}
+        drafted = server_metric(client, "keras_gen_speculative_draft_tokens_total")
+        accepted = server_metric(client, "keras_gen_speculative_accepted_tokens_total")
+        for _ in range(args.rounds):
+            for ngram in speed:
+                record = stream(client, body(prompt, ngram), deadline)
+                speed[ngram].append(record["tokens"] / record["latency"])
+        drafted = (
+            server_metric(client, "keras_gen_speculative_draft_tokens_total") - drafted
+        )
+        accepted = (
+            server_metric(client, "keras_gen_speculative_accepted_tokens_total")
+            - accepted
+        )
+        loads = {}
+        for ngram in speed:
+            bodies = [body(prompt, ngram)] * args.max_batch_size
+            loads[ngram] = run_load(
+                client, bodies, np.zeros(len(bodies)), len(bodies), args.max_seconds
+            )
+        results[kind] = {
+            "lone_tokens_per_s_plain": [round(v, 1) for v in speed[None]],
+            "lone_tokens_per_s_lookup": [round(v, 1) for v in speed[args.ngram]],
+            "lone_speedup": ratio(speed[args.ngram], speed[None]),
+            "acceptance": round(accepted / max(drafted, 1), 3),
+            "concurrent_plain": loads[None],
+            "concurrent_lookup": loads[args.ngram],
+            "concurrent_speedup": round(
+                loads[args.ngram]["output_tokens_per_s"]
+                / loads[None]["output_tokens_per_s"],
+                2,
+            ),
+        }
+    results["server"] = server_state(client, process)
+    return results
+
+
 def ratio(busy, idle):
     return round(statistics.median(busy) / statistics.median(idle), 2)
 
@@ -746,6 +829,18 @@ def report(args, results):
             f"({results['throughput_gain']}x)"
         )
         return
+    if args.scenario == "ngram":
+        for kind in ("repeating", "random"):
+            run = results[kind]
+            print(
+                f"a {kind} prompt, greedy, {span(args.max_tokens)[1]} tokens: one "
+                f"request {run['lone_tokens_per_s_lookup']} tok/s with prompt "
+                f"lookup (n={args.ngram}, k={args.num_speculative_tokens}), "
+                f"{run['lone_tokens_per_s_plain']} without: {run['lone_speedup']}x "
+                f"(acceptance {run['acceptance']}); {args.max_batch_size} at once: "
+                f"{run['concurrent_speedup']}x"
+            )
+        return
     if args.scenario == "long-prompt":
         for run in results["runs"]:
             print(
@@ -808,6 +903,7 @@ def main(argv=None):
             "short-among-long": scenario_short_among_long,
             "shared-prefix": scenario_shared_prefix,
             "long-prompt": scenario_long_prompt,
+            "ngram": scenario_ngram,
         }.get(args.scenario, scenario_load)
         # long-prompt: with chunked prefill, then with whole prompts.
         chunks = list(args.chunk_sizes)

@@ -432,9 +432,13 @@ class GenerationConfig:
         _int(1, checks.MAX_SPECULATIVE_TOKENS),
         None,
         "Tokens a draft proposes per step.",
+        field="num_speculative_tokens",
     )
     prompt_lookup_ngram: int = option(
-        _int(1, checks.MAX_NGRAM_SIZE), None, "Draft by prompt lookup of this n-gram."
+        _int(1, checks.MAX_NGRAM_SIZE),
+        None,
+        "Draft by prompt lookup of this n-gram.",
+        field="prompt_lookup_ngram",
     )
     # Serving.
     cache_prompt: bool = option(

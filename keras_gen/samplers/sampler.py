@@ -51,7 +51,7 @@ def log_prob_outputs(scores, token, outputs, top_rows=None):
     return values
 
 
-def _optional(value):
+def optional_entry(value):
     """An optional loop entry: `None` where it is absent (`()`)."""
     return None if isinstance(value, tuple) and not value else value
 
@@ -275,7 +275,7 @@ class Sampler(Tunable):
             return loop
         values.update(
             log_prob_outputs(
-                values["scores"], token, loop.outputs, _optional(loop.top_rows)
+                values["scores"], token, loop.outputs, optional_entry(loop.top_rows)
             )
         )
         outputs = {

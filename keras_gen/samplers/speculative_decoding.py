@@ -6,11 +6,13 @@ import copy
 from keras import ops
 
 from keras_gen import backend
+from keras_gen.kernels import rows as rows_lib
 from keras_gen.kernels import stopping
 from keras_gen.samplers.greedy_sampler import GreedySampler
 from keras_gen.samplers.random_sampler import sample_from_logits
 from keras_gen.samplers.sampler import Sampler
 from keras_gen.samplers.sampler import log_prob_outputs
+from keras_gen.samplers.sampler import optional_entry
 from keras_gen.utils import checks
 from keras_gen.utils.checks import MAX_NGRAM_SIZE
 from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
@@ -25,12 +27,23 @@ ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
 class SpeculativeState(
     collections.namedtuple(
         "SpeculativeState",
-        ("lengths", "accepted_tokens", "draft_tokens", "draft_state"),
+        (
+            "lengths",
+            "accepted_tokens",
+            "draft_tokens",
+            "draft_state",
+            "limits",
+            "ngrams",
+        ),
     )
 ):
     """Speculative decoding's own loop state: each row's length (rows
-    advance by different counts), its acceptance counts and the draft
-    model's cache (`()` for prompt lookup)."""
+    advance by different counts), its acceptance counts, the draft
+    model's cache (`()` for prompt lookup), and per row the most drafts it
+    may keep (`limits`, 0 for a row that does not speculate) and its
+    prompt-lookup n-gram size (`ngrams`, at most the sampler's
+    `prompt_lookup_ngram`). `generate` gives every row the same; the
+    serving engine's slots each their request's."""
 
 
 def take_rows(x, positions):
@@ -44,7 +57,7 @@ def leading_count(accepted):
     return ops.sum(run, axis=1)
 
 
-def prompt_lookup(token_ids, lengths, ngram, num_tokens):
+def prompt_lookup(token_ids, lengths, ngram, num_tokens, ngrams=None):
     """Draft `num_tokens` per row by matching the row's last `ngram` tokens.
 
     The latest earlier occurrence of the last `ngram` tokens (before
@@ -52,18 +65,22 @@ def prompt_lookup(token_ids, lengths, ngram, num_tokens):
     where they run into the row's end they repeat with the period of the
     match, as the row would if it kept repeating. A row with no match
     proposes its last token. `(batch, length)` buffer, `(batch,)` lengths,
-    `ngram` a Python int: the comparison is unrolled.
+    `ngram` a Python int: the comparison is unrolled. `ngrams`, `(batch,)`
+    int32 at most `ngram`, gives each row its own size instead.
     """
     batch, length = ops.shape(token_ids)
+    if ngrams is None:
+        ngrams = ops.full((batch,), ngram, "int32")
     starts = ops.arange(length, dtype="int32")[None, :]  # candidate s
     padded = ops.concatenate([token_ids, ops.full((batch, ngram), -1, "int32")], axis=1)
-    match = starts + ngram <= (lengths - 1)[:, None]
+    match = starts + ngrams[:, None] <= (lengths - 1)[:, None]
     for t in range(ngram):
-        last = take_rows(token_ids, ops.maximum(lengths - ngram + t, 0)[:, None])
-        match = ops.logical_and(match, padded[:, t : t + length] == last)
+        last = take_rows(token_ids, ops.maximum(lengths - ngrams + t, 0)[:, None])
+        equal = ops.logical_or(padded[:, t : t + length] == last, t >= ngrams[:, None])
+        match = ops.logical_and(match, equal)
     # `amax`: keras' torch `ops.max` breaks a fullgraph compile.
     start = ops.amax(ops.where(match, starts, -1), axis=1)
-    follow = ops.where(start >= 0, start + ngram, lengths - 1)  # (batch,)
+    follow = ops.where(start >= 0, start + ngrams, lengths - 1)  # (batch,)
     period = lengths - follow
     offsets = ops.arange(num_tokens, dtype="int32")[None, :]
     positions = follow[:, None] + offsets % period[:, None]
@@ -273,6 +290,8 @@ class SpeculativeSampler(Sampler):
                 accepted_tokens=ops.zeros((batch,), "int32"),
                 draft_tokens=ops.zeros((batch,), "int32"),
                 draft_state=(),
+                limits=ops.full((batch,), self.num_speculative_tokens, "int32"),
+                ngrams=ops.full((batch,), self.prompt_lookup_ngram or 0, "int32"),
             ),
         )
 
@@ -302,16 +321,34 @@ class SpeculativeSampler(Sampler):
         return ops.logical_and(ops.any(running), loop.index < loop.until)
 
     def _seed(self, loop, slot):
-        # A different (2,) seed for every draw of every step.
-        offset = loop.index * (2 * self.lookahead) + slot
-        return loop.seed + ops.stack([ops.zeros_like(offset), offset])
+        """`(batch, 2)` keys of draw `slot` of a row's step: keyed by the
+        row's length, which no two of its steps share (so a row draws the
+        same whatever steps or chunks led there), and apart from the keys
+        of plain steps (`rows.step_seeds`: first entry unchanged)."""
+        offset = loop.sampler_state.lengths * (2 * self.lookahead) + slot
+        return loop.seed + ops.stack([ops.ones_like(offset), offset], axis=1)
+
+    def _greedy_rows(self):
+        """`(batch,)` bool, or a Python bool for every row: rows that take
+        their most likely token (a temperature of 0, the serving engine's
+        greedy requests)."""
+        if self.greedy:
+            return True
+        temperature = self.sampler.temperature
+        if isinstance(temperature, (int, float)):
+            return temperature == 0
+        return ops.reshape(temperature == 0, (-1,))
 
     def _scores(self, logits, loop, token_ids, positions):
         """Processed, tempered `(batch, vocab)` scores for per-row
-        `positions`; stateful processors read their states from `loop`."""
+        `positions` (rows at temperature 0 untempered); stateful
+        processors read their states from `loop`."""
         logits = ops.cast(logits, "float32")
         row_loop = loop._replace(token_ids=token_ids, index=positions)
-        return self.process_logits(logits, row_loop) / self.sampler.temperature
+        temperature = self.sampler.temperature
+        if not isinstance(temperature, (int, float)):
+            temperature = ops.where(temperature == 0, 1.0, temperature)
+        return self.process_logits(logits, row_loop) / temperature
 
     def _draw(self, scores, seed):
         """A token and the `(batch, vocab)` probabilities it was drawn from."""
@@ -328,7 +365,13 @@ class SpeculativeSampler(Sampler):
         draft_state = loop.sampler_state.draft_state
         count = self.num_speculative_tokens
         if self.draft is None:
-            drafts = prompt_lookup(token_ids, lengths, self.prompt_lookup_ngram, count)
+            drafts = prompt_lookup(
+                token_ids,
+                lengths,
+                self.prompt_lookup_ngram,
+                count,
+                loop.sampler_state.ngrams,
+            )
             token_ids = backend.update_rows(token_ids, drafts, lengths, axis=1)
             probabilities = None
             if not self.greedy:
@@ -365,11 +408,16 @@ class SpeculativeSampler(Sampler):
 
     def _accept(self, loop, drafts, draft_probabilities, scores):
         """`(accepted count (batch,), new tokens (batch, K + 1))`: the
-        accepted drafts, then the target's own token at the first reject."""
+        accepted drafts (at most each row's limit), then the target's own
+        token: at a rejected draft, a draw from what the draft left; after
+        the row's last allowed draft, the draw a plain step makes there."""
         count = self.num_speculative_tokens
+        counts = loop.sampler_state
+        limits = counts.limits
+        choices = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (b, K+1)
+        accepted = leading_count(drafts == choices[:, :count])
         if self.greedy:
-            choices = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (b, K+1)
-            accepted = leading_count(drafts == choices[:, :count])
+            accepted = ops.minimum(accepted, limits)
             correction = take_rows(choices, accepted[:, None])[:, 0]
         else:
             # Filters take (batch, vocab), with each row's own numbers.
@@ -381,16 +429,30 @@ class SpeculativeSampler(Sampler):
             p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
             q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
             uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
-            accepted = leading_count(uniform * q[..., 0] < p[..., 0])
-            # At a reject: the positive part of p - q; after K accepts, p.
+            sampled = leading_count(uniform * q[..., 0] < p[..., 0])
+            greedy = self._greedy_rows()
+            accepted = ops.minimum(ops.where(greedy, accepted, sampled), limits)
+            # At a reject: the positive part of p - q.
             residual = ops.maximum(probabilities[:, :count] - draft_probabilities, 0)
-            residual = ops.concatenate([residual, probabilities[:, count:]], axis=1)
-            chosen = ops.take_along_axis(residual, accepted[:, None, None], 1)[:, 0]
-            fallback = ops.take_along_axis(probabilities, accepted[:, None, None], 1)
+            chosen = ops.take_along_axis(
+                residual, ops.minimum(accepted, count - 1)[:, None, None], 1
+            )[:, 0]
+            fallback = ops.take_along_axis(
+                probabilities, ops.minimum(accepted, count - 1)[:, None, None], 1
+            )[:, 0]
             empty = ops.sum(chosen, axis=-1, keepdims=True) <= 0
-            chosen = ops.where(empty, fallback[:, 0], chosen)
-            correction = sample_from_logits(
-                ops.log(chosen), self._seed(loop, count + 1)
+            chosen = ops.where(empty, fallback, chosen)
+            redrawn = sample_from_logits(ops.log(chosen), self._seed(loop, count + 1))
+            # Past the last allowed draft: the plain step's draw.
+            at = ops.take_along_axis(scores, accepted[:, None, None], 1)[:, 0]
+            positions = counts.lengths + accepted
+            fresh = self.sampler.get_next_token(
+                at, rows_lib.step_seeds(loop.seed, positions)
+            )
+            correction = ops.where(
+                greedy,
+                take_rows(choices, accepted[:, None])[:, 0],
+                ops.where(accepted < limits, redrawn, fresh),
             )
         slots = ops.arange(count + 1, dtype="int32")[None, :]
         # Not `ops.pad`: on torch it names a Keras object, which recompiles.
@@ -435,18 +497,24 @@ class SpeculativeSampler(Sampler):
         kept, stopped = self._stop(loop, token_ids, tokens, kept)
         kept = ops.where(running, kept, 0)
         # Proposals that could be kept: none past the row's last position.
-        usable = ops.where(running, ops.clip(loop.end - lengths - 1, 0, count), 0)
-        loop = self._record(
-            loop, tokens, logits=logits, scores=scores, hidden_states=hidden_states
-        )
         counts = loop.sampler_state
+        usable = ops.clip(loop.end - lengths - 1, 0, counts.limits)
+        usable = ops.where(running, usable, 0)
+        loop = self._record(
+            loop,
+            tokens,
+            kept,
+            logits=logits,
+            scores=scores,
+            hidden_states=hidden_states,
+        )
         return loop._replace(
             processor_states=self._kept_states(loop, tokens, kept),
             token_ids=token_ids,
             state=state,
             index=loop.index + 1,
             done=ops.logical_or(loop.done, ops.logical_and(running, stopped)),
-            sampler_state=SpeculativeState(
+            sampler_state=counts._replace(
                 lengths=lengths + kept,
                 accepted_tokens=counts.accepted_tokens
                 + ops.minimum(ops.minimum(accepted, kept), usable),
@@ -461,20 +529,21 @@ class SpeculativeSampler(Sampler):
         walk = [loop.processor_states]
         for j in range(ops.shape(tokens)[1] if walk[0] else 0):
             walk.append(self.advance_processors(walk[-1], tokens[:, j]))
-        return {
-            key: take_rows(ops.stack([w[key] for w in walk], axis=1), kept[:, None])[
-                :, 0
-            ]
-            for key in walk[0]
-        }
+        kept_states = {}
+        for key in walk[0]:
+            states = ops.stack([w[key] for w in walk], axis=1)
+            at = ops.reshape(kept, (-1,) + (1,) * (len(ops.shape(states)) - 1))
+            kept_states[key] = ops.take_along_axis(states, at, axis=1)[:, 0]
+        return kept_states
 
     def _stop(self, loop, token_ids, tokens, kept):
         """Cut each row's `kept` new tokens after its first stop."""
         lengths = loop.sampler_state.lengths
         slots = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :]
-        is_stop = ops.any(
-            tokens[..., None] == loop.stop_token_ids[None, None, :], axis=-1
-        )
+        # Stop ids for every row `(k,)`, or each row's `(rows, k)`.
+        stop_ids = loop.stop_token_ids
+        stop_ids = ops.reshape(stop_ids, (-1, 1, ops.shape(stop_ids)[-1]))
+        is_stop = ops.any(tokens[..., None] == stop_ids, axis=-1)
         if loop.stop_sequences:
             matches = [
                 stopping.stop_match(token_ids, lengths + j, loop.stop_sequences)
@@ -486,19 +555,29 @@ class SpeculativeSampler(Sampler):
         first = ops.cast(ops.argmax(ops.cast(is_stop, "int32"), axis=1), "int32")
         return ops.where(stopped, first + 1, kept), stopped
 
-    def _record(self, loop, tokens, **values):
-        """Write the requested per-step outputs of the K + 1 positions."""
+    def _record(self, loop, tokens, kept, **values):
+        """Write the requested per-step outputs of each row's `kept` new
+        positions (a buffer narrower than the positions is a ring, as in
+        `Sampler.record`)."""
         outputs = loop.outputs
         if not outputs:
             return loop
-        values.update(log_prob_outputs(values["scores"], tokens, outputs))
-        lengths = loop.sampler_state.lengths
-        outputs = {
-            name: backend.update_rows(
-                buffer, ops.cast(values[name], buffer.dtype), lengths, 1
+        values.update(
+            log_prob_outputs(
+                values["scores"], tokens, outputs, optional_entry(loop.top_rows)
             )
-            for name, buffer in outputs.items()
-        }
+        )
+        lengths = loop.sampler_state.lengths
+        for j in range(ops.shape(tokens)[1]):
+            outputs = {
+                name: rows_lib.write(
+                    buffer,
+                    values[name][:, j],
+                    (lengths + j) % ops.shape(buffer)[1],
+                    keep=j >= kept,
+                )
+                for name, buffer in outputs.items()
+            }
         return loop._replace(outputs=outputs)
 
     def finish(self, loop):

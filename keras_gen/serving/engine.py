@@ -32,31 +32,29 @@ from keras_gen.kernels.constraint_tables import MAX_KEY
 from keras_gen.kernels.constraint_tables import ConstraintTables
 from keras_gen.processors import StructuredOutput
 from keras_gen.samplers.sampler import ROW_STRIDE
+from keras_gen.samplers.speculative_decoding import SPECULATIVE_TOKENS
+from keras_gen.samplers.speculative_decoding import SpeculativeSampler
 from keras_gen.serving import engine_programs
 from keras_gen.serving.engine_metrics import EngineMetrics
 from keras_gen.serving.generation_handle import GenerationHandle
 from keras_gen.serving.prefix_cache import PrefixCache
 from keras_gen.serving.processor_lanes import ProcessorLanes
+from keras_gen.utils.checks import MAX_NGRAM_SIZE
+from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_int
 from keras_gen.utils.tunable import parameter_dtype
 
 # Options the engine's step does not run: when each one is asked for, and
 # what to use instead. Beam and contrastive search keep several candidate
-# rows per request and reorder them every step, and speculative decoding
-# moves rows by different counts per step: each is its own loop, not one
-# step over independent slots.
+# rows per request and reorder them every step: each is its own loop, not
+# one step over independent slots.
 UNSUPPORTED = {
     "num_beams": (lambda v: v > 1, "beam search runs with `CausalLM.generate`"),
     "penalty_alpha": (
         lambda v: v > 0,
         "contrastive search runs with `CausalLM.generate`",
     ),
-    "num_speculative_tokens": (
-        bool,
-        "speculative decoding runs with `CausalLM.generate`",
-    ),
-    "prompt_lookup_ngram": (bool, "speculative decoding runs with `CausalLM.generate`"),
 }
 # Lanes for the processor options, made by the options mapping from each
 # option's example value (each slot then holds its own).
@@ -186,9 +184,21 @@ class Engine:
     draws are keyed by its seed, its row and the position). A request
     without a seed gets a fresh one. Options come from the request over
     the engine's `generation_config` (by default `lm.generation_config`);
-    the compiled sampler and processors of `lm` are not used. Beam search,
-    contrastive search and speculative decoding stay with `lm.generate`:
-    each keeps rows of a request in step with one another.
+    the compiled sampler and processors of `lm` are not used. Beam search
+    and contrastive search stay with `lm.generate`: each keeps rows of a
+    request in step with one another.
+
+    Speculative decoding by prompt lookup runs in the shared step of an
+    engine made with `num_speculative_tokens`: each step, a request that
+    sets `prompt_lookup_ngram` proposes up to its `num_speculative_tokens`
+    (at most the engine's) tokens, those that followed the latest earlier
+    occurrence of its last n-gram, and keeps the ones the model verifies,
+    beside rows that do not speculate (one token per step each). While a
+    running request speculates the engine runs a speculative decode
+    program (one per row and length bucket, compiled at warm-up). Its
+    tokens are those `lm.generate(..., prompt_lookup_ngram=...)` gives:
+    greedy ones those of plain decoding, sampled ones from the same
+    distribution.
 
     Args:
         lm: a `keras_gen.models.CausalLM`.
@@ -229,6 +239,10 @@ class Engine:
         prefill_chunk_tokens: int, the most prompt positions prefilled
             between two decode chunks (at least 16); by default
             `PREFILL_CHUNK_TOKENS`.
+        num_speculative_tokens: int or `None`, the most tokens a request's
+            prompt lookup may propose per step (at most 32). `None`, the
+            default, compiles no speculative program, and a request that
+            asks for `prompt_lookup_ngram` is refused.
 
     Examples:
     >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
@@ -252,6 +266,7 @@ class Engine:
         constraint_transitions=CONSTRAINT_TRANSITIONS,
         prefix_cache_bytes=None,
         prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
+        num_speculative_tokens=None,
     ):
         self.lm = lm
         self.generation_config = (
@@ -261,7 +276,8 @@ class Engine:
         )
         self.num_slots = check_count("max_batch_size", max_batch_size)
         self.chunk_size = check_count("chunk_size", chunk_size, allow_none=True)
-        self._step_seconds = None  # measured: a decode step, host work included
+        # Measured: a decode step (speculative or not), host work included.
+        self._step_seconds = {}
         self.max_queue = (
             None if max_queue is None else check_count("max_queue", max_queue)
         )
@@ -279,6 +295,18 @@ class Engine:
             )
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
+        self.num_speculative_tokens = check_int(
+            "num_speculative_tokens",
+            num_speculative_tokens,
+            1,
+            MAX_SPECULATIVE_TOKENS,
+            allow_none=True,
+        )
+        # Positions past a row's end that a speculative step writes (and the
+        # cache and token buffers hold): it verifies a few ahead.
+        self._lookahead = (
+            self.num_speculative_tokens + 1 if self.num_speculative_tokens else 0
+        )
         self.prefill_chunk_tokens = check_count(
             "prefill_chunk_tokens", prefill_chunk_tokens
         )
@@ -292,12 +320,21 @@ class Engine:
         self.prefix_cache = PrefixCache(
             check_int("prefix_cache_bytes", prefix_cache_bytes, low=0)
         )
-        # Per-step outputs are rings of the most steps a chunk runs.
-        self._ring = self.chunk_size or MAX_CHUNK_STEPS
+        # Per-step outputs are rings of the most steps a chunk runs (or
+        # the tokens of one speculative step).
+        self._ring = max(self.chunk_size or MAX_CHUNK_STEPS, self._lookahead)
         self.processors = _registered(processors)
         self._sampler = samplers.RandomSampler(
             **{name: options_lib.NEUTRAL[name] for name in options_lib.FILTERS}
         )
+        self._speculative_sampler = None
+        if self.num_speculative_tokens:
+            self._speculative_sampler = SpeculativeSampler(
+                self._sampler,
+                lm.backbone,
+                self.num_speculative_tokens,
+                prompt_lookup_ngram=MAX_NGRAM_SIZE,
+            )
         option_lanes = options_lib.build_processors(
             GenerationConfig(**OPTION_LANES), complete=True
         )
@@ -316,8 +353,10 @@ class Engine:
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
         # Every program a warm-up builds (with and without the wide
-        # outputs), twice over: table and lane sizes add a few.
+        # outputs, speculative or not), twice over: table and lane sizes
+        # add a few.
         buckets = len(self.row_buckets) * len(self.length_buckets)
+        buckets *= 2 if self.num_speculative_tokens else 1
         self.programs = ProgramCache(
             4 * (2 * buckets + 2 * len(self.prompt_buckets) + 2)
         )
@@ -521,9 +560,12 @@ class Engine:
                         self._prefill_chunk(0, attended - bucket, bucket)
             self._write_blocks(0, 0, self._read_blocks(0, 0))
             for wide in (False, True) if wide_outputs else (False,):
-                for rows in self.row_buckets:
-                    for cache_length in self.length_buckets:
-                        self._decode_chunk(rows, cache_length, wide=wide)
+                for speculative in (False, True)[: 1 + bool(self._lookahead)]:
+                    for rows in self.row_buckets:
+                        for cache_length in self.length_buckets:
+                            self._decode_chunk(
+                                rows, cache_length, wide=wide, speculative=speculative
+                            )
 
     # Reading a request.
 
@@ -538,6 +580,7 @@ class Engine:
             value = getattr(config, name)
             if value is not None and asked(value):
                 raise ValueError(f"The engine does not run `{name}`: {advice}.")
+        self._check_speculation(config)
         if config.top_logprobs and config.top_logprobs > self.top_logprobs:
             raise ValueError(
                 f"`top_logprobs` must be <= {self.top_logprobs} (the engine's "
@@ -575,6 +618,11 @@ class Engine:
                 lm.backbone.vocabulary_size,
                 capacity=self.constraint_capacity,
             )
+        settings["ngram"] = config.prompt_lookup_ngram or 0
+        settings["speculative_tokens"] = settings["ngram"] and min(
+            config.num_speculative_tokens or SPECULATIVE_TOKENS,
+            self.num_speculative_tokens,
+        )
         return _Job(
             reader,
             GenerationHandle(rows),
@@ -584,6 +632,28 @@ class Engine:
             automaton,
             cache_prompt=config.cache_prompt is not False,
         )
+
+    def _check_speculation(self, config):
+        """Refuse speculation this engine cannot run for `config`."""
+        count, ngram = config.num_speculative_tokens, config.prompt_lookup_ngram
+        if count is not None and ngram is None:
+            raise ValueError(
+                "`num_speculative_tokens` needs `prompt_lookup_ngram` (the "
+                "engine drafts by prompt lookup)."
+            )
+        if ngram is None:
+            return
+        if not self.num_speculative_tokens:
+            raise ValueError(
+                "This engine does not speculate: make it with "
+                "`Engine(..., num_speculative_tokens=4)` (`keras-gen serve "
+                "--num-speculative-tokens 4`) to run `prompt_lookup_ngram`."
+            )
+        if count is not None and count > self.num_speculative_tokens:
+            raise ValueError(
+                f"`num_speculative_tokens` must be <= {self.num_speculative_tokens}"
+                f" (the engine's). Received: num_speculative_tokens={count}"
+            )
 
     def _chosen(self, processors):
         """A request's registered processors, as instances."""
@@ -648,7 +718,7 @@ class Engine:
                 self._admit()
                 started = self._prefill()
                 if self._running():
-                    self._decode_chunk(steps=1 if started else self._chunk_steps())
+                    self._decode_chunk(steps=1 if started else None)
                     self._deliver()
             except Exception as error:  # every running request learns of it
                 self._fail_all(error)
@@ -711,6 +781,8 @@ class Engine:
         host["seed"][slot] = (settings["seed"], row * ROW_STRIDE)
         host["top_rows"][slot] = settings["top_logprobs"] > 0
         host["constraint_state"][slot] = self._tables.start_state(job.automaton)
+        host["limits"][slot] = settings["speculative_tokens"]
+        host["ngrams"][slot] = settings["ngram"]
         for name, value in settings["sampler"].items():
             self._numbers[name][slot] = value
         self._lanes.assign(slot, job.lanes)
@@ -894,25 +966,37 @@ class Engine:
                     states[slot] = tables.start_state(owner) + local
         self._tables, self._table_tensors = tables, None
 
-    def _chunk_steps(self):
-        if self.chunk_size is not None:
-            return self.chunk_size
-        if self._step_seconds is None:
-            return 1
-        return int(np.clip(CHUNK_SECONDS / self._step_seconds, 1, MAX_CHUNK_STEPS))
+    def _chunk_steps(self, speculative):
+        """Steps of the next decode chunk: `chunk_size`, or as many as take
+        about `CHUNK_SECONDS`; a speculative chunk's tokens fit the rings."""
+        steps = self.chunk_size
+        if steps is None:
+            seconds = self._step_seconds.get(speculative)
+            steps = 1 if seconds is None else CHUNK_SECONDS / seconds
+            steps = int(np.clip(steps, 1, MAX_CHUNK_STEPS))
+        if speculative:
+            steps = max(1, min(steps, self._ring // self._lookahead))
+        return steps
 
-    def _decode_chunk(self, rows=None, cache_length=None, steps=1, wide=False):
+    def _decode_chunk(
+        self, rows=None, cache_length=None, steps=None, wide=False, speculative=False
+    ):
         """Run the decode program over the first `rows` slots and
         `cache_length` positions: by default the smallest row and length
         buckets that hold every running request, writing the wide outputs
-        if one of them asks."""
+        if one of them asks, speculative if one of them speculates. By
+        default `_chunk_steps` steps."""
         timed, started = rows is None, time.perf_counter()
         if rows is None:
-            occupied = [slot for job in self._running() for slot in job.slots]
+            running = self._running()
+            occupied = [slot for job in running for slot in job.slots]
             rows = next(r for r in self.row_buckets if r > max(occupied))
             end = max(self._host["end"][occupied])
             cache_length = next(n for n in self.length_buckets if n >= end)
-            wide = any(job.settings["wide"] for job in self._running())
+            wide = any(job.settings["wide"] for job in running)
+            speculative = any(job.settings["ngram"] for job in running)
+        if steps is None:
+            steps = self._chunk_steps(speculative)
         if self._table_tensors is None:
             self._table_tensors = {
                 name: ops.convert_to_tensor(array)
@@ -945,6 +1029,7 @@ class Engine:
             tuple(array.shape for array in self._tables.arrays.values()),
             self._lanes.structure,
             wide,
+            speculative,
         )
         with backend.no_grad():
             slots = self._program("decode", key)(slots, self._table_tensors)
@@ -953,10 +1038,15 @@ class Engine:
             self._host[name][:rows] = ops.convert_to_numpy(slots[name])
         for name, array in outputs.items():
             array[:rows] = ops.convert_to_numpy(slots["outputs"][name])
+        if speculative:
+            for name in ("draft_tokens", "accepted_tokens"):
+                count = ops.convert_to_numpy(slots[name]).sum()
+                getattr(self.metrics, name).inc(int(count))
+                self._host[name][:] = 0
         if timed:
             seconds = (time.perf_counter() - started) / steps
-            previous = self._step_seconds or seconds
-            self._step_seconds = 0.8 * previous + 0.2 * seconds
+            previous = self._step_seconds.get(speculative, seconds)
+            self._step_seconds[speculative] = 0.8 * previous + 0.2 * seconds
 
     def _outputs(self, wide):
         """The per-step output rings a decode program writes."""
@@ -1079,14 +1169,16 @@ class Engine:
             donate = ()
         elif kind == "write":
             function = engine_programs.write_block
-        else:  # bucket: (rows, cache length, ...)
+        else:  # bucket: (rows, cache length, ..., speculative)
             structured = StructuredOutput.for_tables(self._tables)
+            speculative = bucket[-1]
             function = functools.partial(
                 engine_programs.decode,
                 lm,
-                self._sampler,
+                self._speculative_sampler if speculative else self._sampler,
                 (*self._lanes.templates, structured),
-                cache_length=bucket[1],
+                # A speculative step attends to the positions it verifies.
+                cache_length=bucket[1] + (self._lookahead if speculative else 0),
             )
         program = backend.compile_function(
             function,
@@ -1116,10 +1208,11 @@ class Engine:
 
     @property
     def _cache_shape(self):
-        """One layer's keys (or values): `(slots, heads, length, head_dim)`."""
+        """One layer's keys (or values): `(slots, heads, length, head_dim)`,
+        the length past `cache_length` by the speculative lookahead."""
         backbone = self.lm.backbone
         heads, size = backbone.num_key_value_heads, backbone.head_dim
-        return (self.num_slots, heads, self.cache_length, size)
+        return (self.num_slots, heads, self.cache_length + self._lookahead, size)
 
     @property
     def _cache_bytes(self):
@@ -1139,7 +1232,7 @@ class Engine:
 
     def _empty_host_arrays(self):
         """Each slot's inputs of the decode loop; free slots are done."""
-        slots, length = self.num_slots, self.cache_length
+        slots, length = self.num_slots, self.cache_length + self._lookahead
         return {
             "token_ids": np.zeros((slots, length), "int32"),
             "prompt_lengths": np.ones((slots,), "int32"),
@@ -1150,6 +1243,13 @@ class Engine:
             "seed": np.zeros((slots, 2), "int32"),
             "top_rows": np.zeros((slots,), bool),
             "constraint_state": np.full((slots,), FREE, "int32"),
+            # Speculation: the most drafts each slot keeps per step, and
+            # its prompt-lookup n-gram size (0: it does not speculate).
+            "limits": np.zeros((slots,), "int32"),
+            "ngrams": np.zeros((slots,), "int32"),
+            # ... and what its latest chunk proposed and kept.
+            "draft_tokens": np.zeros((slots,), "int32"),
+            "accepted_tokens": np.zeros((slots,), "int32"),
         }
 
 

@@ -17,6 +17,9 @@ class EngineMetrics:
     or compiled), `keras_gen_prefix_cache_queries_total` and
     `keras_gen_prefix_cache_hits_total` (prompt tokens looked up, and found,
     in the prefix cache), `keras_gen_prefix_cache_bytes`,
+    `keras_gen_speculative_draft_tokens_total` and
+    `keras_gen_speculative_accepted_tokens_total` (tokens proposed by
+    speculative decoding, and kept: their ratio is the acceptance rate),
     `keras_gen_time_to_first_token_seconds` and
     `keras_gen_inter_token_latency_seconds`.
 
@@ -68,6 +71,16 @@ class EngineMetrics:
         self.prefix_cache_bytes = prometheus_client.Gauge(
             "keras_gen_prefix_cache_bytes",
             "Host memory the prefix cache's blocks take.",
+            registry=registry,
+        )
+        self.draft_tokens = prometheus_client.Counter(
+            "keras_gen_speculative_draft_tokens",
+            "Tokens proposed by speculative decoding.",
+            registry=registry,
+        )
+        self.accepted_tokens = prometheus_client.Counter(
+            "keras_gen_speculative_accepted_tokens",
+            "Proposed tokens that were kept.",
             registry=registry,
         )
         self.time_to_first_token = prometheus_client.Histogram(

@@ -14,12 +14,12 @@ run. Two programs run over it:
   `read_block` / `write_block` copy one block of positions out of and
   into them (the prefix cache's blocks);
 - `decode(lm, sampler, processors, loop, tables, cache_length)` runs the
-  sampler's
-  own loop (`Sampler.run` over `CausalLM.next`, the step `generate` runs)
-  with one position per slot, up to `steps` steps, over the first slots
-  and the first positions of the cache (one program per row and length
-  bucket); the last processor, the structured output, reads the shared
-  automaton `tables`.
+  sampler's own loop (`Sampler.run` over `CausalLM.next`, the step
+  `generate` runs) with one position per slot, up to `steps` steps, over
+  the first slots and the first positions of the cache (one program per
+  row and length bucket); the last processor, the structured output,
+  reads the shared automaton `tables`. With a `SpeculativeSampler` a step
+  proposes and verifies tokens, each slot keeping up to its own limit.
 
 Nothing here samples: the sampler and the processors, bound to each slot's
 numbers, do.
@@ -30,6 +30,8 @@ from keras import ops
 from keras_gen import backend
 from keras_gen.layers.cached_attention import CacheView
 from keras_gen.samplers.loop_state import LoopState
+from keras_gen.samplers.speculative_decoding import SpeculativeSampler
+from keras_gen.samplers.speculative_decoding import SpeculativeState
 
 
 def admit(backbone, loop, slot, token_ids, mask):
@@ -97,7 +99,10 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
     `state`; it may cover only the first slots (a row bucket), and every
     running slot ends within the first `cache_length` positions (a length
     bucket): the steps write into the whole cache in place and attend to
-    that block of it alone. Returns `slots` as they are after the steps.
+    that block of it alone. A speculative sampler also reads each slot's
+    `limits` and `ngrams` (see `SpeculativeState`) and adds to its
+    `draft_tokens` and `accepted_tokens`. Returns `slots` as they are after
+    the steps.
     """
     cache = slots["state"]
     rows, length = ops.shape(slots["token_ids"])
@@ -124,13 +129,27 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
         processor_states={"constraint_state": slots["constraint_state"]},
         top_rows=slots["top_rows"],
     )
+    speculative = isinstance(sampler, SpeculativeSampler)
+    if speculative:  # `index` counts steps; each slot's position moves on
+        loop = loop._replace(
+            index=ops.zeros((), "int32"),
+            until=slots["steps"],
+            sampler_state=SpeculativeState(
+                lengths=slots["index"],
+                accepted_tokens=slots["accepted_tokens"],
+                draft_tokens=slots["draft_tokens"],
+                draft_state=(),
+                limits=slots["limits"],
+                ngrams=slots["ngrams"],
+            ),
+        )
     parameters = [*loop.processor_parameters, tables]
     bound = sampler.bound(loop.parameters, processors, parameters)
     loop = bound.run(lm.next, loop)
     state = loop.state
     if block:
         state = tuple((view.keys, view.values) for view in state)
-    return {
+    results = {
         **slots,
         "state": state,
         "token_ids": loop.token_ids,
@@ -139,3 +158,9 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
         "outputs": loop.outputs,
         "constraint_state": loop.processor_states["constraint_state"],
     }
+    if speculative:
+        counts = loop.sampler_state
+        results["index"] = counts.lengths
+        results["draft_tokens"] = counts.draft_tokens
+        results["accepted_tokens"] = counts.accepted_tokens
+    return results

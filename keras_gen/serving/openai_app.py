@@ -788,6 +788,7 @@ def create_app(
     logits_processors=None,
     prefix_cache_bytes=None,
     prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
+    num_speculative_tokens=None,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
 
@@ -823,6 +824,9 @@ def create_app(
             at most 1 GiB. A request opts out with `"cache_prompt": false`.
         prefill_chunk_tokens: int, the most prompt tokens prefilled
             between two decode chunks.
+        num_speculative_tokens: int, the most tokens a request's prompt
+            lookup (its `"prompt_lookup_ngram"`) proposes per step; by
+            default none: such requests get a 400.
 
     Examples:
     >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
@@ -840,6 +844,7 @@ def create_app(
         processors=logits_processors,
         prefix_cache_bytes=prefix_cache_bytes,
         prefill_chunk_tokens=prefill_chunk_tokens,
+        num_speculative_tokens=num_speculative_tokens,
     )
     served = types.SimpleNamespace(
         name=model_name,

@@ -45,25 +45,28 @@ class IncrementalDetokenizer:
     def add_tokens(self, token_ids):
         """Add new tokens; return the text that is now complete."""
         self.tokens.extend(int(t) for t in token_ids)
+        return self._read(hold=True)
+
+    def finalize(self):
+        """The text not emitted yet, so that all segments join to the whole."""
+        return self._read(hold=False)
+
+    def _read(self, hold):
+        """Emit what the tokens past `read_offset` add to the text decoded
+        from `prefix_offset`: cut by length, not matched, so that bytes
+        that are not UTF-8 (each a `\ufffd`, merging differently as more
+        arrive) lose no text. With `hold`, nothing while the text ends in
+        an incomplete character."""
         if len(self.tokens) == self.read_offset:
             return self._emit("")
         decode = self.tokenizer.decode
         prefix = decode(self.tokens[self.prefix_offset : self.read_offset])
         text = decode(self.tokens[self.prefix_offset :])
-        if text.endswith("\ufffd") or len(text) <= len(prefix):
+        if (hold and text.endswith("\ufffd")) or len(text) <= len(prefix):
             return self._emit("")
-        segment = text[len(prefix) :] if text.startswith(prefix) else ""
         self.prefix_offset = max(len(self.tokens) - self.context, 0)
         self.read_offset = len(self.tokens)
-        return self._emit(segment)
-
-    def finalize(self):
-        """The text not emitted yet, so that all segments join to the whole."""
-        full = self.tokenizer.decode(self.tokens)
-        done = self.prompt_text + self.text
-        segment = full[len(done) :] if full.startswith(done) else ""
-        self.read_offset = self.prefix_offset = len(self.tokens)
-        return self._emit(segment)
+        return self._emit(text[len(prefix) :])
 
     def _emit(self, segment):
         self.text += segment

@@ -942,3 +942,32 @@ def test_scores_and_logits_per_token_equal_generate(server, monkeypatch):
     response = client.post("/v1/completions", json={**body, "max_tokens": 6})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "output_scores"
+
+
+def test_prompt_lookup_requests_speculate_with_the_servers_limit(server):
+    # The module's server does not speculate: a 400 naming the field.
+    client, _, _ = server
+    response = client.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "The", "prompt_lookup_ngram": 2},
+    )
+    assert response.status_code == 400, response.text
+    assert "num-speculative-tokens" in response.json()["error"]["message"]
+    lm = tiny_text_lm()
+    app = create_app(lm, model_name=MODEL, max_batch_size=4, num_speculative_tokens=3)
+    prompt = "The for statement is used. The for statement is used. The for"
+    with running(app) as client:
+        answer = complete(client, prompt, max_tokens=16, prompt_lookup_ngram=2)
+        response = client.post(
+            "/v1/completions",
+            json={
+                "model": MODEL,
+                "prompt": "The",
+                "prompt_lookup_ngram": 2,
+                "num_speculative_tokens": 4,
+            },
+        )
+        assert response.status_code == 400, response.text
+        drafted = metric(client, "keras_gen_speculative_draft_tokens_total")
+    assert answer["choices"][0]["text"] == expected(lm, prompt, 16)[0]
+    assert drafted > 0

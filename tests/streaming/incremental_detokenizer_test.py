@@ -48,3 +48,23 @@ def test_byte_level_bpe_spaces(tmp_path):
     joined = "".join(detokenizer.add_tokens([t]) for t in tokens)
     joined += detokenizer.finalize()
     assert joined == tokenizer.decode(tokens) == text
+
+
+def test_bytes_that_are_not_utf8_lose_no_text():
+    # A random model's bytes: the first completes the prompt's last
+    # character, then lead bytes without their continuations (each a
+    # `\ufffd`, merging differently as more bytes arrive).
+    tokenizer = ByteTokenizer()
+    prompt = [*tokenizer.encode("ab"), 0xDD]
+    tokens = [0xB0, 0xE2, 0xE2, ord("$"), 0xE2, 0xE2, 0x0E, ord("t"), 0x82, 0xF0]
+    joined = set()
+    for piece in range(1, len(tokens) + 1):
+        detokenizer = IncrementalDetokenizer(tokenizer, prompt=prompt)
+        segments = [
+            detokenizer.add_tokens(tokens[i : i + piece])
+            for i in range(0, len(tokens), piece)
+        ]
+        joined.add("".join(segments) + detokenizer.finalize())
+    # The same text however the tokens arrive: all but the character the
+    # prompt began.
+    assert joined == {tokenizer.decode(tokens[1:])}

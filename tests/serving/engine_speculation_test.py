@@ -1,0 +1,135 @@
+"""Speculative decoding (prompt lookup) in the engine's shared step."""
+
+import numpy as np
+import pytest
+
+from keras_gen import GenerationConfig
+from keras_gen.serving import Engine
+from tests.serving.engine_prefill_test import metric
+from tests.serving.engine_test import PROMPTS
+from tests.serving.engine_test import STRUCTURED
+from tests.serving.engine_test import alone
+from tests.serving.engine_test import assert_same
+from tests.text_models import tiny_text_lm
+
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_text_lm(max_sequence_length=128)
+
+
+def repeating(length, seed):
+    """A prompt that repeats a random 7-token phrase."""
+    phrase = [int(i) for i in np.random.default_rng(seed).integers(3, 300, 7)]
+    return (phrase * (length // 7 + 1))[:length]
+
+
+def config(i, **options):
+    """Greedy for even `i`, seeded sampling for odd, with log-probs."""
+    base = dict(max_new_tokens=12, output_log_probs=True, top_logprobs=2)
+    if i % 2:
+        base.update(do_sample=True, seed=i, temperature=1.3, top_k=40)
+    else:
+        base.update(temperature=0.0)
+    return GenerationConfig(**{**base, **options})
+
+
+def without_speculation(config):
+    return config.replace(prompt_lookup_ngram=None, num_speculative_tokens=None)
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
+    # Rows that speculate (n-grams of 1-3, 2 or 3 tokens a step) run beside
+    # rows that do not, in one step.
+    requests = []
+    for i in range(8):
+        options = {}
+        if i % 4 != 3:
+            options = dict(
+                prompt_lookup_ngram=1 + i % 3, num_speculative_tokens=2 + i % 2
+            )
+        requests.append((repeating(20 + 3 * i, seed=i), config(i, **options)))
+    with Engine(
+        lm, max_batch_size=4, max_length=96, num_speculative_tokens=3
+    ) as engine:
+        handles = [engine.submit(p, c) for p, c in requests]
+        records = [h.result(timeout=TIMEOUT) for h in handles]
+        drafted = metric(engine, "keras_gen_speculative_draft_tokens_total")
+        accepted = metric(engine, "keras_gen_speculative_accepted_tokens_total")
+    assert 0 < accepted <= drafted
+    for record, (p, c) in zip(records, requests):
+        # Sampled: the tokens of `generate` with the same speculation.
+        assert_same(record, alone(lm, p, c))
+        if not c.do_sample:  # greedy: those of plain decoding, too
+            assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
+
+
+@pytest.mark.only_backend("jax", "tensorflow")
+def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm):
+    # Verifying writes positions past a row's end, here past the model's
+    # 128 positions too.
+    prompt = repeating(100, seed=5)
+    requests = [
+        (prompt, config(0, max_new_tokens=28, prompt_lookup_ngram=3)),
+        (prompt[:90], config(1, max_new_tokens=38, prompt_lookup_ngram=1)),
+        (prompt[:50], config(2, max_new_tokens=20)),
+    ]
+    with Engine(
+        lm, max_batch_size=4, max_length=128, num_speculative_tokens=4
+    ) as engine:
+        engine.warm_up()
+        compiled = engine.compilations
+        for _ in range(2):
+            handles = [engine.submit(p, c) for p, c in requests]
+            records = [h.result(timeout=TIMEOUT) for h in handles]
+        assert engine.compilations == compiled
+    for record, (p, c) in zip(records, requests):
+        assert np.isfinite(record.log_probs[0]).all()
+        assert_same(record, alone(lm, p, c))
+
+
+@pytest.mark.only_backend("jax")
+def test_structured_outputs_with_speculation(lm):
+    # A draft that leaves the language is rejected: the automaton's state
+    # follows each row's kept tokens only.
+    requests = [
+        (
+            PROMPTS[i % len(PROMPTS)],
+            config(
+                i,
+                max_new_tokens=30,
+                prompt_lookup_ngram=2,
+                response_format=STRUCTURED[i % len(STRUCTURED)],
+            ),
+        )
+        for i in range(4)
+    ]
+    with Engine(
+        lm, max_batch_size=4, max_length=64, num_speculative_tokens=4
+    ) as engine:
+        handles = [engine.submit(p, c) for p, c in requests]
+        records = [h.result(timeout=TIMEOUT) for h in handles]
+    for record, (p, c) in zip(records, requests):
+        assert_same(record, alone(lm, p, c))
+        if not c.do_sample:
+            assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
+
+
+def test_speculation_errors(lm):
+    with Engine(lm, max_batch_size=2, max_length=64) as engine:
+        with pytest.raises(ValueError, match="num_speculative_tokens=4"):
+            engine.submit([5, 6, 7], prompt_lookup_ngram=2)
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        Engine(lm, num_speculative_tokens=33)
+    with Engine(
+        lm, max_batch_size=2, max_length=64, num_speculative_tokens=2
+    ) as engine:
+        with pytest.raises(ValueError, match="must be <= 2"):
+            engine.submit([5, 6, 7], prompt_lookup_ngram=2, num_speculative_tokens=3)
+        with pytest.raises(ValueError, match="needs `prompt_lookup_ngram`"):
+            engine.submit([5, 6, 7], num_speculative_tokens=2)
+        with pytest.raises(ValueError, match="prompt_lookup_ngram"):
+            engine.submit([5, 6, 7], prompt_lookup_ngram=0)

@@ -561,9 +561,13 @@ def write_random_weights(args, folder):
     config = {**config, "max_sequence_length": context}
     backbone = keras_gen.models.GPT2Backbone(**config)
     # Wider than GPT-2's 0.02 initialisation, so that greedy choices are not
-    # decided by float rounding and the token check is meaningful.
+    # decided by float rounding and the token check is meaningful. Keras'
+    # own initialisation where asked: its greedy text soon repeats itself
+    # (tools/benchmark_serving.py's prompt-lookup scenario).
     rng = np.random.default_rng(0)
     for variable in backbone.weights:
+        if getattr(args, "keras_init", False):
+            break
         if not variable.path.endswith(("gamma", "beta", "bias")):
             variable.assign(rng.normal(0, 0.05, variable.shape).astype("float32"))
     keras_gen.models.GPT2CausalLM(backbone).save_pretrained(folder)

@@ -10,7 +10,8 @@ is seeded too and `ignore_eos` makes every request run to its length.
 Settings come from `--mix`: `greedy`, `sample` (seeded, temperature 0.5 to
 1.2), `top_k`, `top_p` (sampled with those filters), `penalties` (sampled
 with random repetition, presence and frequency penalties and a logit bias),
-one drawn per request.
+`lookup` (greedy or sampled, with prompt lookup of 1 to 3 tokens: the
+server speculates), one drawn per request.
 
     KERAS_BACKEND=jax python tools/benchmark_serving.py            # demo model
     python tools/benchmark_serving.py --model gpt2-small --requests 16 --max-tokens 64
@@ -72,7 +73,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (random GPT-2 weights, the same as tools/benchmark.py)
 
-MIXES = ("greedy", "sample", "top_k", "top_p", "penalties")
+MIXES = ("greedy", "sample", "top_k", "top_p", "penalties", "lookup")
 SCENARIOS = (
     "load",
     "short-among-long",
@@ -91,7 +92,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--model",
         default="demo",
-        help="demo, gpt2-small or tiny (random weights), or a model folder",
+        help="demo, gpt2-small, gpt2-small-repeats (Keras' initialisation: its "
+        "greedy text soon repeats itself) or tiny (random weights), or a model "
+        "folder",
     )
     parser.add_argument(
         "--url", help="an OpenAI-compatible server to use instead of starting one"
@@ -123,7 +126,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--num-speculative-tokens",
         type=int,
-        help="the server's (default: none; ngram: 4)",
+        help="the server's (default: none; ngram and the lookup mix: 4)",
     )
     parser.add_argument(
         "--ngram", type=int, default=3, help="ngram: the requests' prompt_lookup_ngram"
@@ -178,7 +181,8 @@ def parse_args(argv=None):
     if len(args.chunk_sizes) > 1 and args.scenario != "long-prompt":
         parser.error("--prefill-chunk-tokens: several sizes only for long-prompt")
     args.prefill_chunk_tokens = args.chunk_sizes[0]
-    if args.scenario == "ngram" and args.num_speculative_tokens is None:
+    speculates = args.scenario == "ngram" or "lookup" in args.mix
+    if speculates and args.num_speculative_tokens is None:
         args.num_speculative_tokens = 4
     return args
 
@@ -212,10 +216,12 @@ def workload(args, count, seed):
             "stream": True,
         }
         kind = args.mix[int(rng.integers(len(args.mix)))]
-        if kind == "greedy":
+        if kind == "greedy" or (kind == "lookup" and rng.integers(2)):
             body["temperature"] = 0
         else:
             body.update(temperature=round(float(rng.uniform(0.5, 1.2)), 2), seed=i)
+        if kind == "lookup":
+            body["prompt_lookup_ngram"] = int(rng.integers(1, 4))
         if kind == "top_k":
             body["top_k"] = int(rng.choice([5, 20, 40]))
         if kind == "top_p":
@@ -322,14 +328,19 @@ def free_port():
 
 def model_folder(args, folder):
     """`--model` as `keras-gen serve` takes it (random weights written)."""
-    if args.model not in ("gpt2-small", "tiny"):
+    if args.model not in ("gpt2-small", "gpt2-small-repeats", "tiny"):
         return args.model
     import tokenizers
 
     from keras_gen.tokenizers.tokenizer import Tokenizer
 
     benchmark.write_random_weights(
-        argparse.Namespace(tiny=args.model == "tiny", context=args.max_length), folder
+        argparse.Namespace(
+            tiny=args.model == "tiny",
+            context=args.max_length,
+            keras_init=args.model == "gpt2-small-repeats",
+        ),
+        folder,
     )
     size = (benchmark.TINY if args.model == "tiny" else benchmark.GPT2_SMALL)[
         "vocabulary_size"

@@ -63,10 +63,13 @@ def prompt_lookup(token_ids, lengths, ngram, num_tokens, ngrams=None):
     The latest earlier occurrence of the last `ngram` tokens (before
     `lengths`) is found, and the tokens that followed it are proposed;
     where they run into the row's end they repeat with the period of the
-    match, as the row would if it kept repeating. A row with no match
-    proposes its last token. `(batch, length)` buffer, `(batch,)` lengths,
-    `ngram` a Python int: the comparison is unrolled. `ngrams`, `(batch,)`
-    int32 at most `ngram`, gives each row its own size instead.
+    match, as the row would if it kept repeating. `(batch, length)`
+    buffer, `(batch,)` lengths, `ngram` a Python int: the comparison is
+    unrolled. `ngrams`, `(batch,)` int32 at most `ngram`, gives each row
+    its own size instead.
+
+    Returns the `(batch, num_tokens)` drafts and `(batch,)` bool: whether
+    the row found a match (a row without one proposes its last token).
     """
     batch, length = ops.shape(token_ids)
     if ngrams is None:
@@ -84,7 +87,16 @@ def prompt_lookup(token_ids, lengths, ngram, num_tokens, ngrams=None):
     period = lengths - follow
     offsets = ops.arange(num_tokens, dtype="int32")[None, :]
     positions = follow[:, None] + offsets % period[:, None]
-    return take_rows(token_ids, positions)
+    return take_rows(token_ids, positions), start >= 0
+
+
+def lookup_proposes(token_ids, lengths, running, limits, ngrams, ngram):
+    """`(batch,)` bool: the rows that prompt lookup drafts for at `lengths`:
+    `running`, speculating (`limits` above 0) and with an earlier match of
+    their last `ngrams` tokens (at most `ngram`). The serving engine steps
+    plainly while no row does."""
+    _, found = prompt_lookup(token_ids, lengths, ngram, 1, ngrams)
+    return ops.logical_and(ops.logical_and(running, limits > 0), found)
 
 
 class Speculation(
@@ -360,12 +372,15 @@ class SpeculativeSampler(Sampler):
 
     def _propose(self, loop):
         """Draft tokens `(batch, K)`, their probabilities `(batch, K, vocab)`
-        (`None` for greedy), the buffer holding them and the draft state."""
+        (`None` for greedy), the buffer holding them, the draft state and
+        how many of them each row may keep (prompt lookup: none where it
+        found no match, so that such a row steps as plain decoding does)."""
         lengths, token_ids = loop.sampler_state.lengths, loop.token_ids
         draft_state = loop.sampler_state.draft_state
+        limits = loop.sampler_state.limits
         count = self.num_speculative_tokens
         if self.draft is None:
-            drafts = prompt_lookup(
+            drafts, found = prompt_lookup(
                 token_ids,
                 lengths,
                 self.prompt_lookup_ngram,
@@ -377,7 +392,8 @@ class SpeculativeSampler(Sampler):
             if not self.greedy:
                 vocabulary_size = self.target.vocabulary_size
                 probabilities = ops.one_hot(drafts, vocabulary_size)
-            return drafts, probabilities, token_ids, draft_state
+            limits = ops.where(found, limits, 0)
+            return drafts, probabilities, token_ids, draft_state, limits
         # Re-run the token before last too: after a step that accepted every
         # proposal, the draft has not seen the last one.
         first = ops.maximum(lengths - 2, 0)
@@ -404,66 +420,73 @@ class SpeculativeSampler(Sampler):
                 )
                 logits = logits[:, 0]
         probabilities = None if self.greedy else ops.stack(probabilities, axis=1)
-        return ops.stack(drafts, axis=1), probabilities, token_ids, state
+        return ops.stack(drafts, axis=1), probabilities, token_ids, state, limits
 
-    def _accept(self, loop, drafts, draft_probabilities, scores):
-        """`(accepted count (batch,), new tokens (batch, K + 1))`: the
-        accepted drafts (at most each row's limit), then the target's own
-        token: at a rejected draft, a draw from what the draft left; after
-        the row's last allowed draft, the draw a plain step makes there."""
-        count = self.num_speculative_tokens
-        counts = loop.sampler_state
-        limits = counts.limits
-        choices = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (b, K+1)
-        accepted = leading_count(drafts == choices[:, :count])
-        if self.greedy:
-            accepted = ops.minimum(accepted, limits)
-            correction = take_rows(choices, accepted[:, None])[:, 0]
-        else:
-            # Filters take (batch, vocab), with each row's own numbers.
-            filtered = [
-                self.sampler.filter_logits(scores[:, j])
-                for j in range(ops.shape(scores)[1])
-            ]
-            probabilities = ops.softmax(ops.stack(filtered, axis=1), axis=-1)
-            p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
-            q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
-            uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
-            sampled = leading_count(uniform * q[..., 0] < p[..., 0])
-            greedy = self._greedy_rows()
-            accepted = ops.minimum(ops.where(greedy, accepted, sampled), limits)
-            # At a reject: the positive part of p - q.
-            residual = ops.maximum(probabilities[:, :count] - draft_probabilities, 0)
-            chosen = ops.take_along_axis(
-                residual, ops.minimum(accepted, count - 1)[:, None, None], 1
-            )[:, 0]
-            fallback = ops.take_along_axis(
-                probabilities, ops.minimum(accepted, count - 1)[:, None, None], 1
-            )[:, 0]
-            empty = ops.sum(chosen, axis=-1, keepdims=True) <= 0
-            chosen = ops.where(empty, fallback, chosen)
-            redrawn = sample_from_logits(ops.log(chosen), self._seed(loop, count + 1))
+    def _accept(self, loop, drafts, draft_probabilities, scores, limits):
+        """`(accepted count (batch,), new tokens (batch, count + 1))` for
+        `(batch, count)` drafts: the accepted drafts (at most each row's
+        limit), then the target's own token: at a rejected draft, a draw
+        from what the draft left; after the row's last allowed draft, the
+        draw a plain step makes there."""
+        count = ops.shape(drafts)[1]
+        choices = ops.cast(ops.argmax(scores, axis=-1), "int32")  # (b, count+1)
+        accepted = ops.minimum(leading_count(drafts == choices[:, :count]), limits)
+        if not self.greedy:
+            accepted, redrawn = self._accept_sampled(
+                loop, drafts, draft_probabilities, scores, limits, accepted
+            )
+        correction = take_rows(choices, accepted[:, None])[:, 0]
+        if not self.greedy:
             # Past the last allowed draft: the plain step's draw.
             at = ops.take_along_axis(scores, accepted[:, None, None], 1)[:, 0]
-            positions = counts.lengths + accepted
+            positions = loop.sampler_state.lengths + accepted
             fresh = self.sampler.get_next_token(
                 at, rows_lib.step_seeds(loop.seed, positions)
             )
+            sampled = ops.where(accepted < limits, redrawn, fresh)
             correction = ops.where(
-                greedy,
-                take_rows(choices, accepted[:, None])[:, 0],
-                ops.where(accepted < limits, redrawn, fresh),
+                self._greedy_rows(), correction, ops.cast(sampled, "int32")
             )
         slots = ops.arange(count + 1, dtype="int32")[None, :]
         # Not `ops.pad`: on torch it names a Keras object, which recompiles.
-        drafts = ops.concatenate([drafts, ops.zeros_like(drafts[:, :1])], axis=1)
+        drafts = ops.concatenate([drafts, ops.zeros_like(choices[:, :1])], axis=1)
         correction = ops.cast(correction, "int32")[:, None]
         return accepted, ops.where(slots == accepted[:, None], correction, drafts)
 
+    def _accept_sampled(
+        self, loop, drafts, draft_probabilities, scores, limits, accepted
+    ):
+        """Sampled rows' acceptance: each draft kept with probability
+        `min(1, p / q)`; `(accepted (batch,), the redraw at a reject from
+        the positive part of p - q)` (the greedy rows keep `accepted`)."""
+        count = ops.shape(drafts)[1]
+        # Filters take (batch, vocab), with each row's own numbers.
+        filtered = [self.sampler.filter_logits(scores[:, j]) for j in range(count + 1)]
+        probabilities = ops.softmax(ops.stack(filtered, axis=1), axis=-1)
+        p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
+        q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
+        uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
+        sampled = leading_count(uniform * q[..., 0] < p[..., 0])
+        accepted = ops.where(
+            self._greedy_rows(), accepted, ops.minimum(sampled, limits)
+        )
+        residual = ops.maximum(probabilities[:, :count] - draft_probabilities, 0)
+        at = ops.minimum(accepted, count - 1)[:, None, None]
+        chosen = ops.take_along_axis(residual, at, 1)[:, 0]
+        fallback = ops.take_along_axis(probabilities, at, 1)[:, 0]
+        empty = ops.sum(chosen, axis=-1, keepdims=True) <= 0
+        chosen = ops.where(empty, fallback, chosen)
+        return accepted, sample_from_logits(
+            ops.log(chosen), self._seed(loop, count + 1)
+        )
+
     def step(self, next, loop):
         """Propose, verify in one target call, keep each row's accepted run."""
-        lengths, count = loop.sampler_state.lengths, self.num_speculative_tokens
-        drafts, draft_probabilities, token_ids, draft_state = self._propose(loop)
+        count = self.num_speculative_tokens
+        drafts, draft_probabilities, token_ids, draft_state, limits = self._propose(
+            loop
+        )
+        lengths = loop.sampler_state.lengths
         offsets = ops.arange(count + 1, dtype="int32")[None, :]
         # Tokens at lengths - 1 ... lengths + K - 1 give the target's logits
         # for lengths ... lengths + K.
@@ -490,7 +513,9 @@ class SpeculativeSampler(Sampler):
             ],
             axis=1,
         )
-        accepted, tokens = self._accept(loop, drafts, draft_probabilities, scores)
+        accepted, tokens = self._accept(
+            loop, drafts, draft_probabilities, scores, limits
+        )
         token_ids = backend.update_rows(token_ids, tokens, lengths, axis=1)
         running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
         kept = ops.minimum(accepted + 1, loop.end - lengths)
@@ -498,7 +523,7 @@ class SpeculativeSampler(Sampler):
         kept = ops.where(running, kept, 0)
         # Proposals that could be kept: none past the row's last position.
         counts = loop.sampler_state
-        usable = ops.clip(loop.end - lengths - 1, 0, counts.limits)
+        usable = ops.clip(loop.end - lengths - 1, 0, limits)
         usable = ops.where(running, usable, 0)
         loop = self._record(
             loop,

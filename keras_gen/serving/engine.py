@@ -994,7 +994,7 @@ class Engine:
             end = max(self._host["end"][occupied])
             cache_length = next(n for n in self.length_buckets if n >= end)
             wide = any(job.settings["wide"] for job in running)
-            speculative = any(job.settings["ngram"] for job in running)
+            speculative = any(map(self._proposes, occupied))
         if steps is None:
             steps = self._chunk_steps(speculative)
         if self._table_tensors is None:
@@ -1047,6 +1047,18 @@ class Engine:
             seconds = (time.perf_counter() - started) / steps
             previous = self._step_seconds.get(speculative, seconds)
             self._step_seconds[speculative] = 0.8 * previous + 0.2 * seconds
+
+    def _proposes(self, slot):
+        """Whether prompt lookup has drafts for `slot` now: the host's
+        `lookup_proposes`, which picks the program of the next chunk."""
+        host = self._host
+        ngram, length = int(host["ngrams"][slot]), int(host["index"][slot])
+        running = not host["done"][slot] and length < host["end"][slot]
+        if not (running and host["limits"][slot]) or length <= ngram:
+            return False
+        tokens = host["token_ids"][slot, :length]
+        earlier = np.lib.stride_tricks.sliding_window_view(tokens[:-1], ngram)
+        return bool((earlier == tokens[-ngram:]).all(axis=1).any())
 
     def _outputs(self, wide):
         """The per-step output rings a decode program writes."""
@@ -1179,6 +1191,7 @@ class Engine:
                 (*self._lanes.templates, structured),
                 # A speculative step attends to the positions it verifies.
                 cache_length=bucket[1] + (self._lookahead if speculative else 0),
+                lookup_ngram=MAX_NGRAM_SIZE if self._lookahead else None,
             )
         program = backend.compile_function(
             function,

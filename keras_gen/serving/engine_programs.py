@@ -32,6 +32,7 @@ from keras_gen.layers.cached_attention import CacheView
 from keras_gen.samplers.loop_state import LoopState
 from keras_gen.samplers.speculative_decoding import SpeculativeSampler
 from keras_gen.samplers.speculative_decoding import SpeculativeState
+from keras_gen.samplers.speculative_decoding import lookup_proposes
 
 
 def admit(backbone, loop, slot, token_ids, mask):
@@ -89,7 +90,7 @@ def write_block(loop, slot, start, block):
     return {**loop, "state": state}
 
 
-def decode(lm, sampler, processors, slots, tables, cache_length):
+def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=None):
     """Step every running slot until none runs or each ran `slots["steps"]`.
 
     `slots` is a dict of per-slot tensors (`token_ids`, `prompt_lengths`,
@@ -101,8 +102,11 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
     bucket): the steps write into the whole cache in place and attend to
     that block of it alone. A speculative sampler also reads each slot's
     `limits` and `ngrams` (see `SpeculativeState`) and adds to its
-    `draft_tokens` and `accepted_tokens`. Returns `slots` as they are after
-    the steps.
+    `draft_tokens` and `accepted_tokens`. With `lookup_ngram` (the engine
+    speculates), a speculative chunk ends once no row has drafts and a
+    plain one once a row has (see `lookup_proposes`): each step of a row
+    that speculates is speculative exactly when it has drafts, whatever
+    the other rows do. Returns `slots` as they are after the steps.
     """
     cache = slots["state"]
     rows, length = ops.shape(slots["token_ids"])
@@ -145,7 +149,27 @@ def decode(lm, sampler, processors, slots, tables, cache_length):
         )
     parameters = [*loop.processor_parameters, tables]
     bound = sampler.bound(loop.parameters, processors, parameters)
-    loop = bound.run(lm.next, loop)
+    if lookup_ngram is None:
+        loop = bound.run(lm.next, loop)
+    else:
+
+        def cond(loop):
+            lengths = loop.sampler_state.lengths if speculative else loop.index
+            running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+            proposes = lookup_proposes(
+                loop.token_ids,
+                lengths,
+                running,
+                slots["limits"],
+                slots["ngrams"],
+                lookup_ngram,
+            )
+            proposes = ops.any(proposes)
+            if not speculative:
+                proposes = ops.logical_not(proposes)
+            return ops.logical_and(bound.cond(loop), proposes)
+
+        loop = backend.while_loop(cond, lambda loop: bound.step(lm.next, loop), loop)
     state = loop.state
     if block:
         state = tuple((view.keys, view.values) for view in state)

@@ -175,7 +175,7 @@ def test_prompt_lookup_proposes_what_followed_the_last_ngram():
         "int32",
     )
     lengths = np.array([6, 6, 2], "int32")
-    drafts = prompt_lookup(
+    drafts, found = prompt_lookup(
         ops.convert_to_tensor(token_ids), ops.convert_to_tensor(lengths), 2, 4
     )
     # Row 0 continues "3 4 1 2"; row 1 repeats with period 2; row 2 has no
@@ -185,6 +185,18 @@ def test_prompt_lookup_proposes_what_followed_the_last_ngram():
         [7, 8, 7, 8],
         [6, 6, 6, 6],
     ]
+    assert ops.convert_to_numpy(found).tolist() == [True, True, False]
+    # Each row its own size: row 0 matches its last token ("2", after
+    # "1"), row 1 its last three.
+    drafts, found = prompt_lookup(
+        ops.convert_to_tensor(token_ids),
+        ops.convert_to_tensor(lengths),
+        3,
+        2,
+        ops.convert_to_tensor(np.array([1, 3, 2], "int32")),
+    )
+    assert ops.convert_to_numpy(drafts).tolist() == [[3, 4], [7, 8], [6, 6]]
+    assert ops.convert_to_numpy(found).tolist() == [True, True, False]
 
 
 class StepOverridingSampler(samplers.Sampler):
@@ -213,7 +225,7 @@ def test_clear_errors(target):
 # --- sampling keeps the target's distribution --------------------------------
 
 SMALL_VOCAB = 8
-PROMPT = [1, 2, 3]
+PROMPT = [1, 2, 1]  # prompt lookup matches its last token
 
 
 def exact_two_token_distribution(lm, sampler):

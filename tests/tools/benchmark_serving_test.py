@@ -45,7 +45,7 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
         "--max-tokens",
         "3:9",
         "--mix",
-        "greedy,sample,top_k,top_p",
+        "greedy,sample,top_k,top_p,lookup",
     )
     for name in ("concurrent", "sequential"):
         run_ = results[name]
@@ -73,6 +73,14 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
         tmp_path, "--scenario", "busy", "--rounds", "1", "--max-tokens", "9"
     )
     assert results["engine_over_generate"] > 0 and "lm.generate" in stdout
+
+    results, stdout = run(
+        tmp_path, "--scenario", "ngram", "--rounds", "1", "--max-tokens", "9"
+    )
+    for kind in ("repeating", "random"):
+        assert results[kind]["lone_speedup"] > 0
+        assert not results[kind]["concurrent_lookup"]["errors"]
+    assert "prompt lookup" in stdout
 
 
 def test_several_prefill_chunk_sizes_are_for_the_long_prompt_scenario():

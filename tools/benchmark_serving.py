@@ -36,8 +36,8 @@ inter-token latency p99 before it and until its first token, on a server
 that prefills in chunks of `--prefill-chunk-tokens` (`32,64,128`: one
 server per size) and on one that prefills whole prompts), and `ngram` (one
 greedy request of `--max-tokens` at a time, with `prompt_lookup_ngram` and
-without, in alternating rounds, on a prompt that repeats a phrase and on
-one that does not, then `--max-batch-size` of each at once, both ways, on a
+without, in alternating rounds, on a 64-token prompt that repeats a phrase
+and on one that does not, then `--max-batch-size` of each at once, both ways, on a
 server started with `--num-speculative-tokens`; its acceptance rate).
 
     python tools/benchmark_serving.py --scenario shared-prefix --model gpt2-small \
@@ -645,12 +645,13 @@ def scenario_long_prompt(client, process, args):
 def scenario_ngram(client, process, args):
     """Prompt lookup against plain decoding, one request at a time and
     `--max-batch-size` at once, on repeating and on random prompts."""
+    max_tokens = span(args.max_tokens)[1]
+    length = min(64, args.max_length - max_tokens)
     phrase = random_ids(args.seed, 12)
     prompts = {
-        "repeating": (phrase * 8)[:64],
-        "random": random_ids(args.seed + 1, 64),
+        "repeating": (phrase * 8)[:length],
+        "random": random_ids(args.seed + 1, length),
     }
-    max_tokens = span(args.max_tokens)[1]
 
     def body(prompt, ngram):
         return {
@@ -675,6 +676,8 @@ def scenario_ngram(client, process, args):
         for _ in range(args.rounds):
             for ngram in speed:
                 record = stream(client, body(prompt, ngram), deadline)
+                if "error" in record:
+                    raise RuntimeError(f"a request failed: {record['error']}")
                 speed[ngram].append(record["tokens"] / record["latency"])
         drafted = (
             server_metric(client, "keras_gen_speculative_draft_tokens_total") - drafted

@@ -67,8 +67,7 @@ def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
             assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
 
 
-@pytest.mark.only_backend("jax", "tensorflow")
-def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm):
+def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm, torch_compiled):
     # Verifying writes positions past a row's end, here past the model's
     # 128 positions too.
     prompt = repeating(100, seed=5)

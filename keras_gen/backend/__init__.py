@@ -331,6 +331,13 @@ def to_numpy(x):
     return np.asarray(_impl.to_numpy(x))
 
 
+def wait(x):
+    """Wait until the program that made `x` (a tensor or a structure of
+    them) has finished: how long a program runs, not how long it took to
+    dispatch, when timing it."""
+    _impl.wait(x)
+
+
 def no_grad():
     """A context in which no gradients are recorded (a no-op but on torch)."""
     return _impl.no_grad()

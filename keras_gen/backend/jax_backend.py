@@ -141,5 +141,9 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 
 
+def wait(x):
+    jax.block_until_ready(x)
+
+
 def no_grad():
     return contextlib.nullcontext()

@@ -165,5 +165,9 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 
 
+def wait(x):
+    tf.test.experimental.sync_devices()
+
+
 def no_grad():
     return contextlib.nullcontext()

@@ -402,5 +402,10 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 
 
+def wait(x):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def no_grad():
     return torch.no_grad()

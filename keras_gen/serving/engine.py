@@ -152,9 +152,11 @@ class Engine:
     A prompt's cache rows are seeded without touching other rows, in
     chunks of at most `prefill_chunk_tokens` positions (one program per
     chunk length bucket and, past the first chunk, length bucket of the
-    positions it attends to), and no more than that many prompt positions run
-    between two decode chunks: a long prompt does not stall the running
-    requests for its whole prefill. Prompts begin where a cached prefix
+    positions it attends to). While requests decode, the prefill chunks run
+    between two decode chunks take about as long as one decode chunk (by
+    each program's measured time; at least one chunk): a long prompt does
+    not stall the running requests for its whole prefill, and a queue of
+    short prompts is admitted many at a time. Prompts begin where a cached prefix
     ends: the prefix cache keeps the key/value rows of the prompts (and
     completions) the engine computed, in blocks of 16 tokens keyed by
     every token up to the block's end, and copies a prompt's longest
@@ -236,9 +238,9 @@ class Engine:
             turns it off); by default as much as the engine's key/value
             cache, at most `PREFIX_CACHE_BYTES` (1 GiB). A request with
             `cache_prompt=False` neither reuses nor leaves cached blocks.
-        prefill_chunk_tokens: int, the most prompt positions prefilled
-            between two decode chunks (at least 16); by default
-            `PREFILL_CHUNK_TOKENS`.
+        prefill_chunk_tokens: int, the most prompt positions one prefill
+            chunk computes (at least 16; the longest chunk program); by
+            default `PREFILL_CHUNK_TOKENS`.
         num_speculative_tokens: int or `None`, the most tokens a request's
             prompt lookup may propose per step (at most 32). `None`, the
             default, compiles no speculative program, and a request that
@@ -276,8 +278,9 @@ class Engine:
         )
         self.num_slots = check_count("max_batch_size", max_batch_size)
         self.chunk_size = check_count("chunk_size", chunk_size, allow_none=True)
-        # Measured: a decode step (speculative or not), host work included.
-        self._step_seconds = {}
+        # Measured: a decode step (speculative or not), host work included,
+        # and each prefill program's call.
+        self._step_seconds, self._prefill_seconds = {}, {}
         self.max_queue = (
             None if max_queue is None else check_count("max_queue", max_queue)
         )
@@ -553,11 +556,12 @@ class Engine:
 
     def _compile_all(self, wide_outputs):
         with backend.warming_up():
+            # Each prefill program runs twice: the second call's time says
+            # how many chunks fit between two decode chunks.
             for bucket in self.prompt_buckets:
-                self._prefill_chunk(0, 0, bucket)
-                for attended in self.length_buckets:
-                    if attended > bucket:
-                        self._prefill_chunk(0, attended - bucket, bucket)
+                starts = [attended - bucket for attended in self.length_buckets]
+                for start in [0, *(start for start in starts if start > 0)] * 2:
+                    self._prefill_chunk(0, start, bucket)
             self._write_blocks(0, 0, self._read_blocks(0, 0))
             for wide in (False, True) if wide_outputs else (False,):
                 for speculative in (False, True)[: 1 + bool(self._lookahead)]:
@@ -788,10 +792,19 @@ class Engine:
         self._lanes.assign(slot, job.lanes)
 
     def _prefill(self):
-        """Prefill the admitted prompts, oldest first, at most
-        `prefill_chunk_tokens` positions in all; whether a request's
-        prompt was completed (it then runs)."""
-        budget, started = self.prefill_chunk_tokens, False
+        """Prefill the admitted prompts, oldest first, in chunks of at most
+        `prefill_chunk_tokens` positions; whether a request's prompt was
+        completed (it then runs). While requests decode, the chunks between
+        two decode chunks take about as long as a decode chunk (by their
+        measured times; at least one chunk), so a long prompt at most
+        doubles the running requests' gaps between tokens, and short
+        prompts are admitted many at once; otherwise every admitted prompt
+        is prefilled."""
+        seconds = np.inf
+        if self._running():
+            step = self._step_seconds.get(False, 0.0)
+            seconds = step * self._chunk_steps(False)
+        started, first = False, True
         for job in [job for job in self._jobs if job.prefilling]:
             if job.handle.cancelled:
                 self._release(job)
@@ -801,55 +814,88 @@ class Engine:
                 if job.filled[row] is None:
                     job.filled[row] = self._reuse(job, slot, prompt)
                 group = self._block_group * self.prefix_cache.block_tokens
-                while job.filled[row] < len(prompt) and budget:
-                    count = min(len(prompt) - job.filled[row], budget)
-                    self._prefill_chunk(slot, job.filled[row], count)
-                    job.filled[row] += count
-                    budget -= count
+                while job.filled[row] < len(prompt):
+                    start = job.filled[row]
+                    count = self._chunk_tokens(start, len(prompt) - start, seconds)
+                    if not count and not first:
+                        break
+                    count = count or min(len(prompt) - start, self.prompt_buckets[0])
+                    seconds -= self._prefill_chunk(slot, start, count)
+                    job.filled[row], first = start + count, False
                     # Each group of blocks is kept as soon as it is whole:
                     # a long prompt's copies spread over its chunks.
-                    filled = job.filled[row]
                     if (
-                        filled == len(prompt)
-                        or filled // group > (filled - count) // group
+                        start + count == len(prompt)
+                        or (start + count) // group > start // group
                     ):
-                        self._remember(job, slot, prompt[:filled])
+                        self._remember(job, slot, prompt[: start + count])
             if any(
                 filled < len(p) for filled, p in zip(job.filled, job.reader.row_prompts)
             ):
-                return started  # the budget is spent
+                return started  # the time is spent
             for slot in job.slots:
                 self._host["index"][slot] = self._host["prompt_lengths"][slot]
                 self._host["done"][slot] = False
             job.prefilling, started = False, True
         return started
 
+    def _chunk_tokens(self, start, remaining, seconds):
+        """The most of `remaining` prompt positions from `start` that one
+        prefill chunk runs in about `seconds` (by the chunk programs'
+        measured times; one not yet measured is taken to fit), or 0."""
+        for bucket in reversed(self.prompt_buckets):
+            count = min(remaining, bucket)
+            key, _ = self._prefill_key(start, count)
+            if (self._prefill_seconds.get(key) or 0.0) <= seconds:
+                return count
+        return 0
+
+    def _prefill_key(self, start, count):
+        """The program that prefills `count` positions from `start`, and
+        the position its chunk starts at: `("admit", bucket)` for a chunk
+        from the prompt's start, `("extend", (bucket, attended))` after. A
+        chunk is padded to a bucket, started earlier where the padding would
+        pass the cache's end (the positions before `start` are written
+        again with the same values)."""
+        bucket = next(b for b in self.prompt_buckets if b >= count)
+        start = min(start, self.cache_length - bucket)
+        if start == 0:  # its positions attend to one another only
+            return ("admit", bucket), 0
+        attended = next(n for n in self.length_buckets if n >= start + bucket)
+        return ("extend", (bucket, attended)), start
+
     def _prefill_chunk(self, slot, start, count):
         """Seed positions `start` to `start + count` of `slot`'s cache rows
-        from its prompt, padded to a chunk bucket (started earlier where
-        the padding would pass the cache's end: the positions before
-        `start` are written again with the same values)."""
-        bucket = next(b for b in self.prompt_buckets if b >= count)
-        token_ids = self._host["token_ids"][slot]
+        from its prompt; the seconds it took (the program's measured time,
+        kept per program)."""
+        began, end = time.perf_counter(), start + count
+        key, start = self._prefill_key(start, count)
+        (kind, shape), token_ids = key, self._host["token_ids"][slot]
         if self._device is None:
             self._device = self._empty_cache()
-        if start == 0:  # its first positions attend to one another only
-            mask = np.arange(bucket) < count
-            self._device = self._program("admit", bucket)(
-                {"state": self._device},
-                ops.convert_to_tensor(slot, "int32"),
-                ops.convert_to_tensor(token_ids[None, :bucket], "int32"),
-                ops.convert_to_tensor(mask[None], "bool"),
-            )["state"]
-            return
-        start = min(start, self.cache_length - bucket)
-        attended = next(n for n in self.length_buckets if n >= start + bucket)
-        self._device = self._program("extend", (bucket, attended))(
-            {"state": self._device},
-            ops.convert_to_tensor(slot, "int32"),
-            ops.convert_to_tensor(token_ids[None, start : start + bucket], "int32"),
-            ops.convert_to_tensor(start, "int32"),
+        if kind == "admit":
+            arguments = (
+                ops.convert_to_tensor(token_ids[None, :shape], "int32"),
+                ops.convert_to_tensor((np.arange(shape) < end)[None], "bool"),
+            )
+        else:
+            arguments = (
+                ops.convert_to_tensor(
+                    token_ids[None, start : start + shape[0]], "int32"
+                ),
+                ops.convert_to_tensor(start, "int32"),
+            )
+        self._device = self._program(kind, shape)(
+            {"state": self._device}, ops.convert_to_tensor(slot, "int32"), *arguments
         )["state"]
+        backend.wait(self._device)
+        seconds = time.perf_counter() - began
+        if key not in self._prefill_seconds:  # a first call's time is its compile's
+            self._prefill_seconds[key] = None
+        else:
+            previous = self._prefill_seconds[key] or seconds
+            self._prefill_seconds[key] = 0.8 * previous + 0.2 * seconds
+        return seconds
 
     def _reuse(self, job, slot, prompt):
         """Copy the longest run of cached blocks that begins `prompt` into

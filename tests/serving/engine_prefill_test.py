@@ -131,6 +131,77 @@ def test_a_long_prompt_prefills_in_chunks_among_running_streams(lm):
         assert_same(other, alone(lm, prompt(5, seed=i), config(i, max_new_tokens=40)))
 
 
+@pytest.mark.only_backend("jax", "torch")
+def test_a_chunk_as_long_as_the_cache_after_a_cached_prefix(lm):
+    # A chunk padded to the cache's length starts at the prompt's start: it
+    # runs the admit program (compiled at warm-up), not a new one.
+    first, second = prompt(20, seed=4), prompt(20, seed=4) + prompt(40, seed=5)
+    with Engine(lm, max_batch_size=2, max_length=64, prefill_chunk_tokens=64) as engine:
+        engine.warm_up()
+        before = engine.compilations
+        engine.submit(first, config(0)).result(timeout=TIMEOUT)
+        record = engine.submit(second, config(1, max_new_tokens=4)).result(
+            timeout=TIMEOUT
+        )
+        assert metric(engine, "keras_gen_prefix_cache_hits_total") == 16
+        assert engine.compilations == before
+    assert_same(record, alone(lm, second, config(1, max_new_tokens=4)))
+
+
+class Fixed(dict):
+    """A dict that keeps its values: measurements written to it are lost."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
+    """Idle, a prompt prefills in consecutive chunks; among running
+    streams, as many chunks as their measured times fit in a decode
+    chunk's (and at least one) run between two decode chunks."""
+    with Engine(
+        lm, max_batch_size=4, max_length=128, chunk_size=1, prefill_chunk_tokens=16
+    ) as engine:
+        engine.warm_up()
+        assert None not in engine._prefill_seconds.values()  # all measured
+        # Every prefill program measured slower than any decode chunk.
+        engine._prefill_seconds = dict.fromkeys(engine._prefill_seconds, 100.0)
+        calls = []
+
+        def logged(method, name):
+            def call(*args, **kwargs):
+                calls.append(name)
+                return method(*args, **kwargs)
+
+            return call
+
+        engine._prefill_chunk = logged(engine._prefill_chunk, "prefill")
+        engine._decode_chunk = logged(engine._decode_chunk, "decode")
+        first = engine.submit(prompt(60, seed=1), config(0, max_new_tokens=60))
+        next(iter(first))
+        idle = list(calls)
+        del calls[:]
+        engine.submit(prompt(60, seed=2), config(1, max_new_tokens=2)).result(
+            timeout=TIMEOUT
+        )
+        slow = list(calls)
+        # Now a decode step measured slower than four prefill chunks (and
+        # kept so: the step thread measures as it runs).
+        engine._step_seconds = Fixed({False: 2000.0})
+        del calls[:]
+        engine.submit(prompt(60, seed=3), config(2, max_new_tokens=2)).result(
+            timeout=TIMEOUT
+        )
+        fast = list(calls)
+        first.result(timeout=TIMEOUT)
+    assert idle[:5] == ["prefill"] * 4 + ["decode"]
+    prefills = [i for i, name in enumerate(slow) if name == "prefill"]
+    assert len(prefills) == 4 and all(slow[i + 1] == "decode" for i in prefills)
+    start = fast.index("prefill")
+    assert fast[start : start + 5] == ["prefill"] * 4 + ["decode"]
+
+
 def test_bad_settings_are_refused(lm):
     with pytest.raises(ValueError, match="prefill_chunk_tokens"):
         Engine(lm, prefill_chunk_tokens=8)

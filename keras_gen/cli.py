@@ -104,6 +104,8 @@ def _number(kind, low=None, high=None, low_open=False, name=None):
     def parse(text):
         try:
             value = kind(text)
+            if value != value:  # NaN
+                raise ValueError(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is not {'an integer' if kind is int else 'a number'}"
@@ -321,8 +323,16 @@ def _add_serve(commands):
         "--prefill-chunk-tokens",
         type=_number(int, low=16),
         default=256,
-        help="the most prompt tokens prefilled between two decode chunks "
-        "(default 256; 32 spares running streams the stall of a long prompt)",
+        help="the most prompt tokens one prefill chunk computes (default 256); "
+        "while requests decode, the chunks between two decode chunks take "
+        "about as long as one",
+    )
+    serve.add_argument(
+        "--prefill-pause",
+        type=_number(float, low=0),
+        default=1.0,
+        help="how long prefill may pause running requests between two decode "
+        "chunks, in decode chunks (default 1; 'inf': every admitted prompt first)",
     )
     serve.add_argument(
         "--num-speculative-tokens",
@@ -811,6 +821,7 @@ def run_serve(args):
             warm_up=args.warm_up,
             prefix_cache_bytes=args.prefix_cache_bytes,
             prefill_chunk_tokens=args.prefill_chunk_tokens,
+            prefill_pause=args.prefill_pause,
             num_speculative_tokens=args.num_speculative_tokens,
         )
     except (TypeError, ValueError) as error:

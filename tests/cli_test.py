@@ -125,6 +125,8 @@ def test_hub_ids_get_a_download_hint(capsys, model, hint):
         (["generate", "x", "--sampler", "magic"], "invalid choice: 'magic'"),
         (["generate", "x", "--backend", "numpy"], "invalid choice: 'numpy'"),
         (["serve", "--port", "99999"], "--port"),
+        (["serve", "--prefill-pause", "nan"], "'nan' is not a number"),
+        (["serve", "--prefill-pause", "-1"], "-1 must be >= 0"),
         (["serve", "--processor", "boost"], "'boost' is not NAME=MODULE:CLASS"),
         (["generate", "x", "--choice", "a", "--regex", "b"], "not allowed with"),
         ([], "required"),

@@ -33,8 +33,8 @@ prefix cached and with `cache_prompt: false`, in alternating rounds, then
 `--requests` such requests at once, both ways) and `long-prompt` (a
 `--prefix`-token prompt arriving while `--long` requests stream: their
 inter-token latency p99 before it and until its first token, on a server
-that prefills in chunks of `--prefill-chunk-tokens` (`32,64,128`: one
-server per size) and on one that prefills whole prompts), and `ngram` (one
+whose prefill pauses decoding for `--prefill-pause` decode chunks (`1,4`:
+one server each) and on one that prefills prompts whole), and `ngram` (one
 greedy request of `--max-tokens` at a time, with `prompt_lookup_ngram` and
 without, in alternating rounds, on a 64-token prompt that repeats a phrase
 and on one that does not, then `--max-batch-size` of each at once, both ways, on a
@@ -119,9 +119,12 @@ def parse_args(argv=None):
         help="shared-prefix: the system prompt's tokens; long-prompt: the long one's",
     )
     parser.add_argument(
-        "--prefill-chunk-tokens",
-        help="the server's (default: its own; long-prompt: N[,N...], one server "
-        "each, and one with whole prompts)",
+        "--prefill-chunk-tokens", type=int, help="the server's (default: its own)"
+    )
+    parser.add_argument(
+        "--prefill-pause",
+        help="the server's (default: its own; long-prompt: X[,X...], one server "
+        "each, and one with inf: prompts prefilled whole)",
     )
     parser.add_argument(
         "--num-speculative-tokens",
@@ -172,15 +175,15 @@ def parse_args(argv=None):
         parser.error(f"--mix: unknown {sorted(unknown)}; choose from {list(MIXES)}")
     args.model_name = args.model_name or args.model
     try:
-        chunks = args.prefill_chunk_tokens
-        args.chunk_sizes = (
-            [None] if chunks is None else [int(n) for n in chunks.split(",")]
+        pauses = args.prefill_pause
+        args.pauses = (
+            [None] if pauses is None else [float(x) for x in pauses.split(",")]
         )
     except ValueError:
-        parser.error("--prefill-chunk-tokens: N or, for long-prompt, N,N,...")
-    if len(args.chunk_sizes) > 1 and args.scenario != "long-prompt":
-        parser.error("--prefill-chunk-tokens: several sizes only for long-prompt")
-    args.prefill_chunk_tokens = args.chunk_sizes[0]
+        parser.error("--prefill-pause: X or, for long-prompt, X,X,...")
+    if len(args.pauses) > 1 and args.scenario != "long-prompt":
+        parser.error("--prefill-pause: several values only for long-prompt")
+    args.prefill_pause = args.pauses[0]
     speculates = args.scenario == "ngram" or "lookup" in args.mix
     if speculates and args.num_speculative_tokens is None:
         args.num_speculative_tokens = 4
@@ -384,6 +387,8 @@ def server(args):
         ]
         if args.prefill_chunk_tokens:
             command += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]
+        if args.prefill_pause is not None:
+            command += ["--prefill-pause", str(args.prefill_pause)]
         if args.num_speculative_tokens:
             command += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
         env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -858,7 +863,7 @@ def report(args, results):
     if args.scenario == "long-prompt":
         for run in results["runs"]:
             print(
-                f"prefill chunks of {run['prefill_chunk_tokens'] or 'the default'}: "
+                f"prefill pause {run['prefill_pause'] or 'the default'}: "
                 f"a {args.prefix}-token "
                 f"prompt among {args.long} streams, their ITL p99 "
                 f"{run['idle_itl']['p99_ms']} ms before it, {run['busy_itl']['p99_ms']} "
@@ -919,19 +924,19 @@ def main(argv=None):
             "long-prompt": scenario_long_prompt,
             "ngram": scenario_ngram,
         }.get(args.scenario, scenario_load)
-        # long-prompt: with chunked prefill, then with whole prompts.
-        chunks = list(args.chunk_sizes)
+        # long-prompt: prefill paused for decode chunks, then prompts whole.
+        pauses = list(args.pauses)
         if args.scenario == "long-prompt":
-            chunks.append(args.max_length)
+            pauses.append(float("inf"))
         runs = []
-        for chunk in chunks:
-            args.prefill_chunk_tokens = chunk
+        for pause in pauses:
+            args.prefill_pause = pause
             with server(args) as (url, process):
                 with httpx.Client(base_url=url, timeout=args.max_seconds) as client:
                     runs.append(
                         {
                             **scenario(client, process, args),
-                            "prefill_chunk_tokens": chunk,
+                            "prefill_pause": pause,
                         }
                     )
         results = runs[0] if len(runs) == 1 else {"runs": runs}

@@ -43,6 +43,7 @@ from keras_gen.utils.checks import MAX_NGRAM_SIZE
 from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
 from keras_gen.utils.checks import check_count
 from keras_gen.utils.checks import check_int
+from keras_gen.utils.checks import check_number
 from keras_gen.utils.tunable import parameter_dtype
 
 # Options the engine's step does not run: when each one is asked for, and
@@ -91,6 +92,7 @@ CONSTRAINT_STATES = 8192
 # first token p50 1.76 s with 32, 0.14 s with 256; 30.8 against 36.9
 # requests/s).
 PREFILL_CHUNK_TOKENS = 256
+PREFILL_PAUSE = 1.0
 PREFIX_CACHE_BYTES = 1 << 30
 # The most prefix-cache blocks one program copies into or out of a slot.
 BLOCK_GROUP = 16
@@ -241,6 +243,12 @@ class Engine:
         prefill_chunk_tokens: int, the most prompt positions one prefill
             chunk computes (at least 16; the longest chunk program); by
             default `PREFILL_CHUNK_TOKENS`.
+        prefill_pause: float, while requests decode, how long the prefill
+            chunks between two decode chunks may take, in decode chunks
+            (at least one chunk runs): the default 1 at most about doubles
+            the running requests' gaps between tokens while a long prompt
+            prefills; more prefills it sooner, `float("inf")` prefills
+            every admitted prompt before the next decode chunk.
         num_speculative_tokens: int or `None`, the most tokens a request's
             prompt lookup may propose per step (at most 32). `None`, the
             default, compiles no speculative program, and a request that
@@ -268,6 +276,7 @@ class Engine:
         constraint_transitions=CONSTRAINT_TRANSITIONS,
         prefix_cache_bytes=None,
         prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
+        prefill_pause=PREFILL_PAUSE,
         num_speculative_tokens=None,
     ):
         self.lm = lm
@@ -318,6 +327,9 @@ class Engine:
                 f"`prefill_chunk_tokens` must be >= {MIN_PREFILL_LENGTH}. "
                 f"Received: prefill_chunk_tokens={prefill_chunk_tokens}"
             )
+        self.prefill_pause = check_number(
+            "prefill_pause", prefill_pause, low=0, allow_inf=(float("inf"),)
+        )
         if prefix_cache_bytes is None:
             prefix_cache_bytes = min(self._cache_bytes, PREFIX_CACHE_BYTES)
         self.prefix_cache = PrefixCache(
@@ -795,15 +807,13 @@ class Engine:
         """Prefill the admitted prompts, oldest first, in chunks of at most
         `prefill_chunk_tokens` positions; whether a request's prompt was
         completed (it then runs). While requests decode, the chunks between
-        two decode chunks take about as long as a decode chunk (by their
-        measured times; at least one chunk), so a long prompt at most
-        doubles the running requests' gaps between tokens, and short
-        prompts are admitted many at once; otherwise every admitted prompt
-        is prefilled."""
+        two decode chunks take about `prefill_pause` decode chunks' time
+        (by their measured times; at least one chunk); otherwise every
+        admitted prompt is prefilled."""
         seconds = np.inf
-        if self._running():
+        if self._running() and self.prefill_pause < np.inf:
             step = self._step_seconds.get(False, 0.0)
-            seconds = step * self._chunk_steps(False)
+            seconds = self.prefill_pause * step * self._chunk_steps(False)
         started, first = False, True
         for job in [job for job in self._jobs if job.prefilling]:
             if job.handle.cancelled:

@@ -27,6 +27,7 @@ from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.serving.api_error import APIError
 from keras_gen.serving.completion_request import CompletionRequest
 from keras_gen.serving.engine import PREFILL_CHUNK_TOKENS
+from keras_gen.serving.engine import PREFILL_PAUSE
 from keras_gen.serving.engine import Engine
 from keras_gen.serving.engine import EngineClosed
 from keras_gen.serving.engine import EngineFull
@@ -788,6 +789,7 @@ def create_app(
     logits_processors=None,
     prefix_cache_bytes=None,
     prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
+    prefill_pause=PREFILL_PAUSE,
     num_speculative_tokens=None,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
@@ -822,8 +824,11 @@ def create_app(
         prefix_cache_bytes: int, host memory for the prompt prefixes the
             engine reuses (0: none); by default the key/value cache's size,
             at most 1 GiB. A request opts out with `"cache_prompt": false`.
-        prefill_chunk_tokens: int, the most prompt tokens prefilled
-            between two decode chunks.
+        prefill_chunk_tokens: int, the most prompt tokens one prefill
+            chunk computes (see `Engine`).
+        prefill_pause: float, how long prefill may pause the running
+            requests between two decode chunks, in decode chunks (see
+            `Engine`).
         num_speculative_tokens: int, the most tokens a request's prompt
             lookup (its `"prompt_lookup_ngram"`) proposes per step; by
             default none: such requests get a 400.
@@ -844,6 +849,7 @@ def create_app(
         processors=logits_processors,
         prefix_cache_bytes=prefix_cache_bytes,
         prefill_chunk_tokens=prefill_chunk_tokens,
+        prefill_pause=prefill_pause,
         num_speculative_tokens=num_speculative_tokens,
     )
     served = types.SimpleNamespace(

@@ -200,6 +200,28 @@ def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
     assert len(prefills) == 4 and all(slow[i + 1] == "decode" for i in prefills)
     start = fast.index("prefill")
     assert fast[start : start + 5] == ["prefill"] * 4 + ["decode"]
+    # With no pause limit, prompts prefill whole among running streams.
+    with Engine(
+        lm,
+        max_batch_size=4,
+        max_length=128,
+        chunk_size=1,
+        prefill_chunk_tokens=16,
+        prefill_pause=float("inf"),
+    ) as engine:
+        engine.warm_up()
+        engine._prefill_seconds = dict.fromkeys(engine._prefill_seconds, 100.0)
+        first = engine.submit(prompt(60, seed=1), config(0, max_new_tokens=60))
+        next(iter(first))
+        engine._prefill_chunk = logged(engine._prefill_chunk, "prefill")
+        engine._decode_chunk = logged(engine._decode_chunk, "decode")
+        del calls[:]
+        engine.submit(prompt(60, seed=2), config(1, max_new_tokens=2)).result(
+            timeout=TIMEOUT
+        )
+        first.result(timeout=TIMEOUT)
+    start = calls.index("prefill")
+    assert calls[start : start + 5] == ["prefill"] * 4 + ["decode"]
 
 
 def test_bad_settings_are_refused(lm):
@@ -207,5 +229,10 @@ def test_bad_settings_are_refused(lm):
         Engine(lm, prefill_chunk_tokens=8)
     with pytest.raises(ValueError, match="prefix_cache_bytes"):
         Engine(lm, prefix_cache_bytes=-1)
+    for pause in (-1, float("nan"), float("-inf")):
+        with pytest.raises(ValueError, match="prefill_pause"):
+            Engine(lm, prefill_pause=pause)
+    with pytest.raises(TypeError, match="prefill_pause"):
+        Engine(lm, prefill_pause="1")
     with pytest.raises(TypeError, match="cache_prompt"):
         GenerationConfig(cache_prompt="yes")

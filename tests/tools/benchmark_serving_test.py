@@ -83,16 +83,16 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
     assert "prompt lookup" in stdout
 
 
-def test_several_prefill_chunk_sizes_are_for_the_long_prompt_scenario():
+def test_several_prefill_pauses_are_for_the_long_prompt_scenario():
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import benchmark_serving
     finally:
         sys.path.remove(str(ROOT / "tools"))
     args = benchmark_serving.parse_args(
-        ["--scenario", "long-prompt", "--prefill-chunk-tokens", "32,64"]
+        ["--scenario", "long-prompt", "--prefill-pause", "1,4"]
     )
-    assert args.chunk_sizes == [32, 64] and args.prefill_chunk_tokens == 32
-    for wrong in (["--prefill-chunk-tokens", "32,64"], ["--prefill-chunk-tokens", "x"]):
+    assert args.pauses == [1.0, 4.0] and args.prefill_pause == 1.0
+    for wrong in (["--prefill-pause", "1,4"], ["--prefill-pause", "x"]):
         with pytest.raises(SystemExit):
             benchmark_serving.parse_args(wrong)

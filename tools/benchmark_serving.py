@@ -160,7 +160,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument(
-        "--no-baseline", action="store_true", help="skip the sequential run"
+        "--no-baseline",
+        action="store_true",
+        help="skip the sequential run (load) or the whole-prompt server (long-prompt)",
     )
     parser.add_argument(
         "--max-seconds", type=float, default=1800, help="a bound on each run"
@@ -926,7 +928,7 @@ def main(argv=None):
         }.get(args.scenario, scenario_load)
         # long-prompt: prefill paused for decode chunks, then prompts whole.
         pauses = list(args.pauses)
-        if args.scenario == "long-prompt":
+        if args.scenario == "long-prompt" and not args.no_baseline:
             pauses.append(float("inf"))
         runs = []
         for pause in pauses:

@@ -82,15 +82,13 @@ MIN_LENGTH_BUCKET = 64
 # vocabularies: the table of allowed tokens stays within
 # `CONSTRAINT_BYTES` (a state holds a bit per token).
 CONSTRAINT_STATES = 8192
-# The most prompt tokens prefilled between two decode chunks (see
-# `Engine.prefill_chunk_tokens`), and the most bytes the prefix cache
-# takes by default. Measured (jax, 2 cores; `benchmark_serving.py`):
-# small chunks spare running streams the stall of a long prompt (a
-# 2,000-token prompt among 7 streams on GPT-2 small: their inter-token
-# latency p99 2.4-2.9x idle with 32, 6.9x with 256) but starve a queue of
-# short prompts of prefill (the demo's 1,000-request soak at 40/s: time to
-# first token p50 1.76 s with 32, 0.14 s with 256; 30.8 against 36.9
-# requests/s).
+# The longest prefill chunk (see `Engine.prefill_chunk_tokens`), how long
+# prefill may pause decoding, in decode chunks (`Engine.prefill_pause`),
+# and the most bytes the prefix cache takes by default. Measured (jax, 2
+# cores; `benchmark_serving.py --scenario long-prompt`): a 2,000-token
+# prompt among 7 streams on GPT-2 small costs their inter-token latency
+# p99 2.6-2.9x idle with a pause of 1 (its own first token after 22 s),
+# 3.3x with 2 (8.4 s), 36.6x prefilled whole (4.1 s).
 PREFILL_CHUNK_TOKENS = 256
 PREFILL_PAUSE = 1.0
 PREFIX_CACHE_BYTES = 1 << 30
@@ -155,14 +153,15 @@ class Engine:
     chunks of at most `prefill_chunk_tokens` positions (one program per
     chunk length bucket and, past the first chunk, length bucket of the
     positions it attends to). While requests decode, the prefill chunks run
-    between two decode chunks take about as long as one decode chunk (by
-    each program's measured time; at least one chunk): a long prompt does
-    not stall the running requests for its whole prefill, and a queue of
-    short prompts is admitted many at a time. Prompts begin where a cached prefix
-    ends: the prefix cache keeps the key/value rows of the prompts (and
-    completions) the engine computed, in blocks of 16 tokens keyed by
-    every token up to the block's end, and copies a prompt's longest
-    cached run of blocks into its slot instead of computing them. A
+    between two decode chunks take about `prefill_pause` decode chunks'
+    time (by each program's measured time; at least one chunk): a long
+    prompt does not stall the running requests for its whole prefill, and
+    a queue of short prompts is admitted many at a time. Prompts begin
+    where a cached prefix ends: the prefix cache keeps the key/value rows
+    of the prompts (and completions) the engine computed, in blocks of 16
+    tokens keyed by every token up to the block's end, and copies a
+    prompt's longest cached run of blocks into its slot instead of
+    computing them. A
     request's tokens do not depend on a hit (its log-probs differ by float
     rounding at most: the reused rows were computed in other chunks).
 
@@ -812,7 +811,7 @@ class Engine:
         admitted prompt is prefilled."""
         seconds = np.inf
         if self._running() and self.prefill_pause < np.inf:
-            step = self._step_seconds.get(False, 0.0)
+            step = self._step_seconds.get(False, self._step_seconds.get(True, 0.0))
             seconds = self.prefill_pause * step * self._chunk_steps(False)
         started, first = False, True
         for job in [job for job in self._jobs if job.prefilling]:

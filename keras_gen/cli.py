@@ -98,13 +98,14 @@ class _DefaultsFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
 
-def _number(kind, low=None, high=None, low_open=False, name=None):
-    """An argparse `type` that checks a number's range, with a clear message."""
+def _number(kind, low=None, high=None, low_open=False, name=None, nan=True):
+    """An argparse `type` that checks a number's range, with a clear message
+    (NaN passes unless `nan=False`: the option's own check names it)."""
 
     def parse(text):
         try:
             value = kind(text)
-            if value != value:  # NaN
+            if not nan and value != value:
                 raise ValueError(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
@@ -329,7 +330,7 @@ def _add_serve(commands):
     )
     serve.add_argument(
         "--prefill-pause",
-        type=_number(float, low=0),
+        type=_number(float, low=0, nan=False),
         default=1.0,
         help="how long prefill may pause running requests between two decode "
         "chunks, in decode chunks (default 1; 'inf': every admitted prompt first)",

@@ -155,7 +155,8 @@ class Fixed(dict):
         pass
 
 
-@pytest.mark.only_backend("jax", "torch")
+# The schedule is host logic, alike on every backend: torch runs it fastest.
+@pytest.mark.only_backend("torch")
 def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
     """Idle, a prompt prefills in consecutive chunks; among running
     streams, as many chunks as their measured times fit in a decode

@@ -32,6 +32,34 @@ def config(i, **options):
     return GenerationConfig(**{**base, **options})
 
 
+def chunked(lm, **options):
+    """An engine of 4 slots that prefills in chunks of 16, a step per chunk."""
+    return Engine(
+        lm,
+        max_batch_size=4,
+        max_length=128,
+        chunk_size=1,
+        prefill_chunk_tokens=16,
+        **options,
+    )
+
+
+def log_calls(engine):
+    """The engine's prefill and decode chunk calls, in order, from now on."""
+    calls = []
+
+    def logged(method, name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return method(*args, **kwargs)
+
+        return call
+
+    engine._prefill_chunk = logged(engine._prefill_chunk, "prefill")
+    engine._decode_chunk = logged(engine._decode_chunk, "decode")
+    return calls
+
+
 def metric(engine, name):
     for line in engine.metrics.text().splitlines():
         if line.startswith(name + " "):
@@ -108,14 +136,7 @@ def test_eviction_and_opting_out(lm):
 @pytest.mark.only_backend("jax", "torch")
 def test_a_long_prompt_prefills_in_chunks_among_running_streams(lm):
     long = prompt(90, seed=9)
-    with Engine(
-        lm,
-        max_batch_size=4,
-        max_length=128,
-        chunk_size=1,
-        prefill_chunk_tokens=16,
-        prefix_cache_bytes=0,
-    ) as engine:
+    with chunked(lm, prefix_cache_bytes=0) as engine:
         running = [
             engine.submit(prompt(5, seed=i), config(i, max_new_tokens=40))
             for i in range(3)
@@ -161,24 +182,12 @@ def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
     """Idle, a prompt prefills in consecutive chunks; among running
     streams, as many chunks as their measured times fit in a decode
     chunk's (and at least one) run between two decode chunks."""
-    with Engine(
-        lm, max_batch_size=4, max_length=128, chunk_size=1, prefill_chunk_tokens=16
-    ) as engine:
+    with chunked(lm) as engine:
         engine.warm_up()
         assert None not in engine._prefill_seconds.values()  # all measured
         # Every prefill program measured slower than any decode chunk.
         engine._prefill_seconds = dict.fromkeys(engine._prefill_seconds, 100.0)
-        calls = []
-
-        def logged(method, name):
-            def call(*args, **kwargs):
-                calls.append(name)
-                return method(*args, **kwargs)
-
-            return call
-
-        engine._prefill_chunk = logged(engine._prefill_chunk, "prefill")
-        engine._decode_chunk = logged(engine._decode_chunk, "decode")
+        calls = log_calls(engine)
         first = engine.submit(prompt(60, seed=1), config(0, max_new_tokens=60))
         next(iter(first))
         idle = list(calls)
@@ -202,21 +211,12 @@ def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
     start = fast.index("prefill")
     assert fast[start : start + 5] == ["prefill"] * 4 + ["decode"]
     # With no pause limit, prompts prefill whole among running streams.
-    with Engine(
-        lm,
-        max_batch_size=4,
-        max_length=128,
-        chunk_size=1,
-        prefill_chunk_tokens=16,
-        prefill_pause=float("inf"),
-    ) as engine:
+    with chunked(lm, prefill_pause=float("inf")) as engine:
         engine.warm_up()
         engine._prefill_seconds = dict.fromkeys(engine._prefill_seconds, 100.0)
         first = engine.submit(prompt(60, seed=1), config(0, max_new_tokens=60))
         next(iter(first))
-        engine._prefill_chunk = logged(engine._prefill_chunk, "prefill")
-        engine._decode_chunk = logged(engine._decode_chunk, "decode")
-        del calls[:]
+        calls = log_calls(engine)
         engine.submit(prompt(60, seed=2), config(1, max_new_tokens=2)).result(
             timeout=TIMEOUT
         )

@@ -5,6 +5,8 @@ import pytest
 
 from keras_gen import GenerationConfig
 from keras_gen.serving import Engine
+from tests.serving.engine_prefill_test import chunked
+from tests.serving.engine_prefill_test import log_calls
 from tests.serving.engine_prefill_test import metric
 from tests.serving.engine_test import PROMPTS
 from tests.serving.engine_test import STRUCTURED
@@ -65,6 +67,31 @@ def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
         assert_same(record, alone(lm, p, c))
         if not c.do_sample:  # greedy: those of plain decoding, too
             assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
+
+
+@pytest.mark.only_backend("jax", "torch")
+def test_a_prompt_prefilled_between_speculative_steps(lm):
+    # A slot that waits for the rest of its prompt stands (done, at
+    # position 1) in the running rows' speculative steps: they must leave
+    # its cache rows and tokens as its prefill wrote them.
+    running = repeating(30, seed=1), config(0, max_new_tokens=40, prompt_lookup_ngram=1)
+    waiting = repeating(60, seed=7), config(7)
+    with chunked(
+        lm, num_speculative_tokens=3, prefix_cache_bytes=0, prefill_pause=0.0
+    ) as engine:
+        calls = log_calls(engine)
+        first = engine.submit(*running)
+        next(iter(first))
+        del calls[:]
+        record = engine.submit(*waiting).result(timeout=TIMEOUT)
+        first.result(timeout=TIMEOUT)
+        drafted = metric(engine, "keras_gen_speculative_draft_tokens_total")
+    # Decode chunks ran between its four chunks (16 positions each).
+    last = len(calls) - calls[::-1].index("prefill")
+    assert calls.count("prefill") == 4
+    assert "decode" in calls[calls.index("prefill") : last]
+    assert drafted > 0
+    assert_same(record, alone(lm, *waiting))
 
 
 def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm, torch_compiled):

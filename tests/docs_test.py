@@ -13,6 +13,9 @@ background until the page ends, the blocks after it wait for its
 block; `curl` fails on an HTTP error status (`--fail-with-body`), so a
 request the server refuses fails its block. torch runs eagerly here (`KERAS_GEN_TORCH_COMPILER=none`), so that
 a `--backend torch` line takes seconds instead of a compile's minute.
+Shell blocks and servers share one compilation cache over the pages, as a
+reader's commands share theirs (on by default): the same demo programs are
+compiled once, not once per `keras-gen` line.
 """
 
 import os
@@ -58,7 +61,7 @@ def free_port():
 class Page:
     """Runs one page's blocks in order; `close()` stops its servers."""
 
-    def __init__(self, name, folder):
+    def __init__(self, name, folder, compilation_cache=None):
         self.name, self.folder = name, folder
         self.namespace = {"__name__": "__main__"}
         self.port = free_port()
@@ -68,6 +71,8 @@ class Page:
             "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}",
             "KERAS_GEN_TORCH_COMPILER": "none",
         }
+        if compilation_cache is not None:
+            self.environment["KERAS_GEN_COMPILATION_CACHE"] = str(compilation_cache)
 
     def run(self, line, language, code, mark):
         code = re.sub(rf"\b{DOCS_PORT}\b", self.port, code)
@@ -130,9 +135,9 @@ class Page:
             log.close()
 
 
-def run_page(text, name, folder):
+def run_page(text, name, folder, compilation_cache=None):
     """Run `text`'s blocks in order; fail naming the first that fails."""
-    page = Page(name, folder)
+    page = Page(name, folder, compilation_cache)
     try:
         for line, language, code, mark in blocks(text):
             if mark != "not run":
@@ -141,14 +146,20 @@ def run_page(text, name, folder):
         page.close()
 
 
+@pytest.fixture(scope="module")
+def compilation_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("compilation")
+
+
 @pytest.mark.only_backend("jax")
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
-def test_every_block_runs(page, tmp_path, monkeypatch):
+def test_every_block_runs(page, tmp_path, monkeypatch, compilation_cache):
     for folder in ("tools", "examples"):
         (tmp_path / folder).symlink_to(ROOT / folder)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(tmp_path)  # as a session started there
-    run_page(page.read_text(encoding="utf-8"), page.name, tmp_path)
+    text = page.read_text(encoding="utf-8")
+    run_page(text, page.name, tmp_path, compilation_cache)
 
 
 @pytest.mark.only_backend("jax")

@@ -66,7 +66,8 @@ def contrastive_lm():
     return lm
 
 
-@pytest.mark.only_backend("jax", "torch")
+# torch runs it eagerly in a second (jax: 90 s of compiles).
+@pytest.mark.only_backend("torch")
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_matches_no_cache_reference(contrastive_lm, alpha):
     contrastive_lm.sampler.alpha = alpha  # a tunable number: same program

@@ -42,7 +42,9 @@ def without_speculation(config):
     return config.replace(prompt_lookup_ngram=None, num_speculative_tokens=None)
 
 
-@pytest.mark.only_backend("jax", "torch")
+# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
+# compiled every request's programs for a minute or two).
+@pytest.mark.only_backend("torch")
 def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
     # Rows that speculate (n-grams of 1-3, 2 or 3 tokens a step) run beside
     # rows that do not, in one step.
@@ -69,7 +71,9 @@ def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
             assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
 
 
-@pytest.mark.only_backend("jax", "torch")
+# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
+# compiled every request's programs for a minute or two).
+@pytest.mark.only_backend("torch")
 def test_a_prompt_prefilled_between_speculative_steps(lm):
     # A slot that waits for the rest of its prompt stands (done, at
     # position 1) in the running rows' speculative steps: they must leave
@@ -94,7 +98,10 @@ def test_a_prompt_prefilled_between_speculative_steps(lm):
     assert_same(record, alone(lm, *waiting))
 
 
-def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm, torch_compiled):
+# Compiles counted by XLA; torch's compiled step took 4 minutes here, and
+# TensorFlow's as long.
+@pytest.mark.only_backend("jax")
+def test_rows_near_the_model_limit_and_no_compile_after_warm_up(lm):
     # Verifying writes positions past a row's end, here past the model's
     # 128 positions too.
     prompt = repeating(100, seed=5)

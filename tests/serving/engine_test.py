@@ -90,7 +90,9 @@ def assert_same(record, alone):
         np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
 
 
-@pytest.mark.only_backend("jax", "torch")
+# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
+# compiled every request's programs for a minute or two).
+@pytest.mark.only_backend("torch")
 def test_staggered_mixed_requests_equal_each_request_alone(engine, lm):
     requests = mixed_requests(24)
     handles = [None] * len(requests)
@@ -216,7 +218,9 @@ STRUCTURED = [
 ]
 
 
-@pytest.mark.only_backend("jax", "torch")
+# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
+# compiled every request's programs for a minute or two).
+@pytest.mark.only_backend("torch")
 def test_structured_requests_equal_each_request_alone(lm):
     # Requests with different constraints (and none) arrive while others
     # run: the tables are packed anew for each new automaton and the
@@ -354,6 +358,9 @@ OPTION_TABLE = [
 ]
 
 
+# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
+# compiled every request's programs for a minute or two).
+@pytest.mark.only_backend("torch")
 def test_every_option_equals_generate_alone(lm):
     requests = []
     for i, options in enumerate(OPTION_TABLE):

@@ -16,7 +16,6 @@ from keras_gen.samplers.sampler import optional_entry
 from keras_gen.utils import checks
 from keras_gen.utils.checks import MAX_NGRAM_SIZE
 from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
-from keras_gen.utils.tunable import rows_of
 
 # The default of `num_speculative_tokens`.
 SPECULATIVE_TOKENS = 4
@@ -242,44 +241,12 @@ class SpeculativeSampler(Sampler):
         # verify step near a row's end writes up to `lookahead` positions
         # past it (and never keeps them).
         self.lookahead = self.num_speculative_tokens + 1
-        # The bound copy's twin that scores every verified position at once
-        # (see `bound`); unbound numbers broadcast, so `self` serves.
-        self._per_position = None
 
     def with_parameters(self, parameters, rows=None):
         # The wrapped sampler owns the numbers; the models are shared.
         bound = copy.copy(self)
         bound.sampler = self.sampler.with_parameters(parameters, rows)
         return bound
-
-    def bound(self, parameters, processors=(), processor_parameters=None, rows=None):
-        """As `Sampler.bound`, with a twin that reads each row's numbers
-        once per verified position (rows `b * lookahead + j`): the step
-        scores and filters the `lookahead` positions in one call, not one
-        call each. Without `rows` the numbers
-        are one per row already (the serving engine's)."""
-        processors = tuple(processors or ())
-        if processor_parameters is None:
-            processor_parameters = [p.get_parameter_tensors() for p in processors]
-        bound = super().bound(parameters, processors, processor_parameters, rows)
-        bound._per_position = super().bound(
-            self._repeat(self.sampler, parameters, rows),
-            processors,
-            [
-                self._repeat(p, values, rows)
-                for p, values in zip(processors, processor_parameters)
-            ],
-        )
-        return bound
-
-    def _repeat(self, tunable, parameters, rows):
-        """`parameters` of `tunable` with each row's repeated `lookahead`
-        times (shared numbers, `per_row = False`, as they are)."""
-        if not tunable.per_row:
-            return parameters
-        if rows is not None:
-            parameters = {k: rows_of(v, rows) for k, v in parameters.items()}
-        return {k: ops.repeat(v, self.lookahead, axis=0) for k, v in parameters.items()}
 
     @property
     def speculation(self):
@@ -395,45 +362,6 @@ class SpeculativeSampler(Sampler):
             temperature = ops.where(temperature == 0, 1.0, temperature)
         return self.process_logits(logits, row_loop) / temperature
 
-    def _verify_scores(self, logits, loop, token_ids, states):
-        """`_scores` of the `(batch, K + 1, vocab)` verified `logits`, in
-        one call over `batch * (K + 1)` rows (`b * (K + 1) + j`: row `b` at
-        position `lengths + j`, its processors in `states[j]`)."""
-        batch, width = ops.shape(logits)[0], self.lookahead
-        lengths = loop.sampler_state.lengths
-        positions = lengths[:, None] + ops.arange(width, dtype="int32")[None, :]
-
-        def each(x):  # a per-row tensor, once per position
-            return ops.repeat(x, width, axis=0)
-
-        def flat(x):  # (batch, width, ...) -> (batch * width, ...)
-            return ops.reshape(x, (batch * width, *ops.shape(x)[2:]))
-
-        stop_ids = loop.stop_token_ids
-        wide_loop = loop._replace(
-            mask=each(loop.mask),
-            state=(),
-            end=each(ops.reshape(loop.end, (-1,)) + ops.zeros_like(lengths)),
-            done=each(loop.done),
-            stop_token_ids=each(stop_ids)
-            if len(ops.shape(stop_ids)) == 2
-            else stop_ids,
-            seed=each(loop.seed),
-            outputs={},
-            processor_rows=tuple(each(rows) for rows in loop.processor_rows),
-            processor_states={
-                key: flat(ops.stack([s[key] for s in states], axis=1))
-                for key in states[0]
-            },
-            top_rows=() if isinstance(loop.top_rows, tuple) else each(loop.top_rows),
-            sampler_state=(),
-        )
-        sampler = self if self._per_position is None else self._per_position
-        scores = sampler._scores(
-            flat(logits), wide_loop, each(token_ids), ops.reshape(positions, (-1,))
-        )
-        return ops.reshape(scores, (batch, width, -1))
-
     def _draw(self, scores, seed):
         """A token and the `(batch, vocab)` probabilities it was drawn from."""
         if self.greedy:
@@ -531,14 +459,10 @@ class SpeculativeSampler(Sampler):
         """Sampled rows' acceptance: each draft kept with probability
         `min(1, p / q)`; `(accepted (batch,), the redraw at a reject from
         the positive part of p - q)` (the greedy rows keep `accepted`)."""
-        batch, count = ops.shape(drafts)
-        # Filters take (rows, vocab), each row with its own numbers: the
-        # positions' rows read theirs once per position.
-        sampler = self if self._per_position is None else self._per_position
-        filtered = sampler.sampler.filter_logits(
-            ops.reshape(scores, (batch * (count + 1), -1))
-        )
-        probabilities = ops.softmax(ops.reshape(filtered, ops.shape(scores)), axis=-1)
+        count = ops.shape(drafts)[1]
+        # Filters take (batch, vocab), with each row's own numbers.
+        filtered = [self.sampler.filter_logits(scores[:, j]) for j in range(count + 1)]
+        probabilities = ops.softmax(ops.stack(filtered, axis=1), axis=-1)
         p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
         q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
         uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
@@ -585,7 +509,18 @@ class SpeculativeSampler(Sampler):
         states = [loop.processor_states]
         for j in range(count):
             states.append(self.advance_processors(states[-1], drafts[:, j]))
-        scores = self._verify_scores(logits, loop, token_ids, states)
+        scores = ops.stack(
+            [
+                self._scores(
+                    logits[:, j],
+                    loop._replace(processor_states=states[j]),
+                    token_ids,
+                    lengths + j,
+                )
+                for j in range(count + 1)
+            ],
+            axis=1,
+        )
         accepted, tokens = self._accept(
             loop, drafts, draft_probabilities, scores, limits
         )

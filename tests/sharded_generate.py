@@ -139,7 +139,9 @@ def spy_on_cache(lm):
 
     def spied(token_ids, state, index):
         logits, hidden_states, state = call_with_state(token_ids, state, index)
-        for key_cache, value_cache in state:
+        for layer in state:
+            # A (keys, values) pair, or the engine's `CacheView` of a slot.
+            key_cache, value_cache = layer[:2]
             for cache in (key_cache, value_cache):
                 shape = tuple(cache.shape)
                 jax.debug.inspect_array_sharding(

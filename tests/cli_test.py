@@ -15,6 +15,7 @@ import pytest
 
 import keras_gen
 from keras_gen import cli
+from tests.markers import ON_TORCH_ONLY
 from tests.text_models import save_tiny_text_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -311,9 +312,7 @@ def test_streamed_and_plain_output_agree(capsys, model_folder):
         assert out == expected + "\n"
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_prompt_from_stdin_and_options(capsys, model_folder, monkeypatch):
     path, lm = model_folder
     options = "--max-new-tokens 6 --json --sampler top_k --top-k 3 --temperature 0.7"
@@ -616,9 +615,7 @@ def chat_replies(messages, system=None):
     return [session.send(message) for message in messages]
 
 
-# The command's logic: torch runs it eagerly in 2 s (jax 30 s, TensorFlow 52 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_chat_on_a_pipe_prints_one_reply_per_line(capsys, monkeypatch, tmp_path):
     system = tmp_path / "system.txt"
     system.write_text("Be brief.")

@@ -2,6 +2,7 @@ import pytest
 
 import keras_gen
 from keras_gen.generation.chat_session import ChatSession
+from tests.markers import ON_TORCH_ONLY
 
 OPTIONS = dict(max_new_tokens=12, seed=0)
 
@@ -11,9 +12,7 @@ def lm():
     return keras_gen.CausalLM.from_preset("demo")
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax and
-# TensorFlow: 30 s of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_each_reply_answers_the_whole_history(lm):
     session = ChatSession(lm, system="Be brief.", **OPTIONS)
     first = session.send("What is a class?")

@@ -13,6 +13,7 @@ from keras_gen import processors
 from keras_gen import samplers
 from keras_gen.models import CausalLM
 from keras_gen.models import GPT2CausalLM
+from tests.markers import ON_TORCH_ONLY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "keras_gen", "presets", "demo")
@@ -154,9 +155,7 @@ def test_training_tool_is_deterministic(tmp_path):
     assert CausalLM.from_pretrained(str(outputs[0])).tokenizer.vocabulary_size == 300
 
 
-# On the trained demo; torch runs it in 12 s (jax 35 s; jax int8 is checked in
-# tests/models/causal_lm_test.py).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY  # jax's int8: tests/models/causal_lm_test.py
 @pytest.mark.parametrize("quantize_activations", [True, False])
 def test_int8_stays_close_to_float(quantize_activations):
     # A trained model, loaded from disk and quantized before its first call.

@@ -7,6 +7,7 @@ from keras_gen import samplers
 from keras_gen.models import GPT2CausalLM
 from keras_gen.samplers import ContrastiveSampler
 from tests.conftest import tiny_gpt2_backbone
+from tests.markers import ON_TORCH_ONLY
 
 RAGGED = [[5, 9, 2, 33], [7, 1, 40, 22, 3, 8, 11], [60]]
 
@@ -66,8 +67,7 @@ def contrastive_lm():
     return lm
 
 
-# torch runs it eagerly in a second (jax: 90 s of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_matches_no_cache_reference(contrastive_lm, alpha):
     contrastive_lm.sampler.alpha = alpha  # a tunable number: same program

@@ -15,6 +15,7 @@ from keras_gen.samplers.speculative_decoding import prompt_lookup
 from keras_gen.streaming import GenerationOutput
 from tests.conftest import set_numpy_weights
 from tests.conftest import tiny_gpt2_backbone
+from tests.markers import ON_TORCH_ONLY
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [9], [5, 6, 5, 6, 5]]
 
@@ -93,9 +94,7 @@ def test_llama_greedy_with_rotary_per_row_positions():
     assert assisted == plain
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_acceptance_counts_per_row(target, draft):
     record = target.generate(
         PROMPTS,
@@ -119,9 +118,7 @@ def test_acceptance_counts_per_row(target, draft):
     assert len(set(record.draft_tokens)) > 1
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
     kwargs = dict(
         max_new_tokens=14,
@@ -145,9 +142,7 @@ def test_stream_yields_verified_tokens_and_joins_to_generate(target, draft):
     assert 1 < max(sizes) <= 4
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_per_step_outputs_equal_plain_greedy(target):
     kwargs = dict(
         max_new_tokens=9,
@@ -300,9 +295,7 @@ def test_sampling_matches_the_target_distribution(sampler, setting):
     assert p_value > 1e-3
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_stop_strings_end_rows_as_in_plain_greedy():
     from tests.streaming.fake_tokenizer import ByteTokenizer
 

@@ -6,6 +6,7 @@ import pytest
 
 from keras_gen import GenerationConfig
 from keras_gen.serving import Engine
+from tests.markers import ON_TORCH_ONLY
 from tests.serving.engine_test import alone
 from tests.serving.engine_test import assert_same
 from tests.text_models import tiny_text_lm
@@ -67,9 +68,7 @@ def metric(engine, name):
     raise AssertionError(name)
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_prefix_hits_equal_misses(lm):
     shared = prompt(37, seed=0)  # two blocks of 16, then 5 tokens
     requests = [(shared + prompt(9, seed=i), config(i)) for i in range(1, 5)] + [
@@ -110,9 +109,7 @@ def test_completions_are_cached_for_the_next_turn(lm):
     assert_same(second, alone(lm, turn, config(2)))
 
 
-# Backend-neutral logic: torch runs it eagerly in about a second (jax: 15-30 s
-# of compiles).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_eviction_and_opting_out(lm):
     prompts = [prompt(40, seed=i % 3) for i in range(6)]
     # A block of the tiny model: 2 layers, keys and values, 2 heads x 16
@@ -137,9 +134,7 @@ def test_eviction_and_opting_out(lm):
     assert_same(record, alone(lm, prompts[0], config(0)))
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_a_long_prompt_prefills_in_chunks_among_running_streams(lm):
     long = prompt(90, seed=9)
     with chunked(lm, prefix_cache_bytes=0) as engine:

@@ -5,6 +5,7 @@ import pytest
 
 from keras_gen import GenerationConfig
 from keras_gen.serving import Engine
+from tests.markers import ON_TORCH_ONLY
 from tests.serving.engine_prefill_test import chunked
 from tests.serving.engine_prefill_test import log_calls
 from tests.serving.engine_prefill_test import metric
@@ -42,9 +43,7 @@ def without_speculation(config):
     return config.replace(prompt_lookup_ngram=None, num_speculative_tokens=None)
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
     # Rows that speculate (n-grams of 1-3, 2 or 3 tokens a step) run beside
     # rows that do not, in one step.
@@ -71,9 +70,7 @@ def test_mixed_rows_equal_generate_with_and_without_speculation(lm):
             assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_a_prompt_prefilled_between_speculative_steps(lm):
     # A slot that waits for the rest of its prompt stands (done, at
     # position 1) in the running rows' speculative steps: they must leave

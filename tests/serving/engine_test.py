@@ -13,6 +13,7 @@ from keras_gen.generation import options as options_lib
 from keras_gen.serving import Engine
 from keras_gen.serving import EngineClosed
 from keras_gen.serving import EngineFull
+from tests.markers import ON_TORCH_ONLY
 from tests.text_models import PROMPTS
 from tests.text_models import tiny_text_lm
 
@@ -90,9 +91,7 @@ def assert_same(record, alone):
         np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_staggered_mixed_requests_equal_each_request_alone(engine, lm):
     requests = mixed_requests(24)
     handles = [None] * len(requests)
@@ -218,9 +217,7 @@ STRUCTURED = [
 ]
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_structured_requests_equal_each_request_alone(lm):
     # Requests with different constraints (and none) arrive while others
     # run: the tables are packed anew for each new automaton and the
@@ -358,9 +355,7 @@ OPTION_TABLE = [
 ]
 
 
-# Host logic compared with `generate`: torch runs it eagerly in seconds (jax
-# compiled every request's programs for a minute or two).
-@pytest.mark.only_backend("torch")
+@ON_TORCH_ONLY
 def test_every_option_equals_generate_alone(lm):
     requests = []
     for i, options in enumerate(OPTION_TABLE):

@@ -67,6 +67,15 @@ def use_compilation_cache(path):
     default = os.path.abspath(cache_dir_utils.default_cache_dir())
     if chosen is None or chosen == default:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    # Inductor keeps no graph that holds a `torch.cond` unless told it may:
+    # the sampler's branches made every start compile the step anew (the
+    # demo's Engine: 55-60 s a start with the kernels' code cached). A
+    # branch is a submodule of the graph, and its code is part of the
+    # graph's cache key; the key also names this torch.
+    torch._inductor.config.unsafe_marked_cacheable_functions = {
+        **torch._inductor.config.unsafe_marked_cacheable_functions,
+        "torch.ops.higher_order.cond": f"keras-gen {torch.__version__}",
+    }
 
 
 # Each model, sampler, processor chain and shape bucket compiles its own graph

@@ -14,6 +14,9 @@ DISTRIBUTED = True
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# See `backend.shortest_cache_bucket`.
+SHORTEST_CACHE_BUCKET = 64
+
 # Compiled programs persist in JAX's compilation cache.
 KEEPS_PROGRAMS = True
 

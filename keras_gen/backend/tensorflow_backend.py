@@ -15,6 +15,9 @@ DISTRIBUTED = False
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# Its compiles are the slowest: see `backend.shortest_cache_bucket`.
+SHORTEST_CACHE_BUCKET = 128
+
 # TensorFlow keeps no compiled XLA program between processes.
 KEEPS_PROGRAMS = False
 

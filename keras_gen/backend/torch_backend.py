@@ -25,6 +25,9 @@ DISTRIBUTED = False
 # (see `backend.grows_caches`).
 GROWS_CACHES = False
 
+# Unused: a program attends over its whole cache (see above).
+SHORTEST_CACHE_BUCKET = None
+
 # Compiled graphs persist in Inductor's caches.
 KEEPS_PROGRAMS = True
 

@@ -73,9 +73,6 @@ WIDE_OUTPUTS = ("scores", "logits", "hidden_states")
 # most steps.
 CHUNK_SECONDS = 0.05
 MAX_CHUNK_STEPS = 32
-# The shortest cache span a decode program attends over (see
-# `Engine.length_buckets`).
-MIN_LENGTH_BUCKET = 64
 # The default size of the structured-output tables: every running
 # request's automaton together (a JSON object over the demo's 2,048 tokens
 # takes 1,623 states and 167,331 transitions). Fewer states for large
@@ -535,13 +532,10 @@ class Engine:
     def length_buckets(self):
         """The cache lengths a decode program attends over: the longest
         running request decides which runs (on torch the whole cache, as
-        for the rows). The shortest is 64 positions: below that attention
-        is a small share of a step, and each bucket is a compile per row
-        bucket at warm-up (TensorFlow, the demo: 21 programs and 69.7 s
-        from 32, 17 and 55.3 s from 64, short requests no slower)."""
+        for the rows), from `backend.shortest_cache_bucket()`."""
         if not backend.grows_caches():
             return [self.cache_length]
-        return _buckets(MIN_LENGTH_BUCKET, self.cache_length)
+        return _buckets(backend.shortest_cache_bucket(), self.cache_length)
 
     def warm_up(self, wide_outputs=False):
         """Compile every program now (the admit program of each prompt

@@ -88,6 +88,11 @@ CONSTRAINT_STATES = 8192
 # 3.3x with 2 (8.4 s), 36.6x prefilled whole (4.1 s).
 PREFILL_CHUNK_TOKENS = 256
 PREFILL_PAUSE = 1.0
+# Short prompts (of at most SHORT_PROMPT_TOKENS) waiting together are
+# prefilled ADMIT_ROWS to a program call: a call reads every weight once,
+# whatever its rows.
+ADMIT_ROWS = 4
+SHORT_PROMPT_TOKENS = 32
 PREFIX_CACHE_BYTES = 1 << 30
 # The most prefix-cache blocks one program copies into or out of a slot.
 BLOCK_GROUP = 16
@@ -153,7 +158,9 @@ class Engine:
     between two decode chunks take about `prefill_pause` decode chunks'
     time (by each program's measured time; at least one chunk): a long
     prompt does not stall the running requests for its whole prefill, and
-    a queue of short prompts is admitted many at a time. Prompts begin
+    a queue of short prompts is admitted many at a time: those of at most
+    32 tokens that wait together go four to a program call (a call reads
+    every weight once, whatever its rows). Prompts begin
     where a cached prefix ends: the prefix cache keeps the key/value rows
     of the prompts (and completions) the engine computed, in blocks of 16
     tokens keyed by every token up to the block's end, and copies a
@@ -369,7 +376,7 @@ class Engine:
         buckets = len(self.row_buckets) * len(self.length_buckets)
         buckets *= 2 if self.num_speculative_tokens else 1
         self.programs = ProgramCache(
-            4 * (2 * buckets + 2 * len(self.prompt_buckets) + 2)
+            4 * (2 * buckets + 3 * len(self.prompt_buckets) + 2)
         )
         # The running requests' automata, packed in tables of a fixed size,
         # and their device copies.
@@ -567,6 +574,8 @@ class Engine:
                 starts = [attended - bucket for attended in self.length_buckets]
                 for start in [0, *(start for start in starts if start > 0)] * 2:
                     self._prefill_chunk(0, start, bucket)
+            for bucket in self._short_buckets * 2:
+                self._admit_rows(("admit", (ADMIT_ROWS, bucket)), [0], [bucket])
             self._write_blocks(0, 0, self._read_blocks(0, 0))
             for wide in (False, True) if wide_outputs else (False,):
                 for speculative in (False, True)[: 1 + bool(self._lookahead)]:
@@ -807,7 +816,8 @@ class Engine:
         if self._running() and self.prefill_pause < np.inf:
             step = self._step_seconds.get(False, self._step_seconds.get(True, 0.0))
             seconds = self.prefill_pause * step * self._chunk_steps(False)
-        started, first = False, True
+        seconds, grouped = self._admit_short(seconds)
+        started, first = False, not grouped
         for job in [job for job in self._jobs if job.prefilling]:
             if job.handle.cancelled:
                 self._release(job)
@@ -842,6 +852,52 @@ class Engine:
             job.prefilling, started = False, True
         return started
 
+    def _admit_short(self, seconds):
+        """Prefill the short prompts that wait first in line, `ADMIT_ROWS`
+        to a call, while two or more wait and a call fits in `seconds` (the
+        first always runs); the seconds left and whether a call ran."""
+        rows, ran = [], False
+        for job, row, slot, prompt in self._unfilled_rows():
+            if job.filled[row] or len(prompt) > self._short_buckets[-1]:
+                break
+            rows.append((job, row, slot))
+        while len(rows) > 1:
+            group, rows = rows[:ADMIT_ROWS], rows[ADMIT_ROWS:]
+            prompts = [job.reader.row_prompts[row] for job, row, _ in group]
+            longest = max(map(len, prompts))
+            bucket = next(b for b in self._short_buckets if b >= longest)
+            key = ("admit", (ADMIT_ROWS, bucket))
+            if ran and (self._prefill_seconds.get(key) or 0.0) > seconds:
+                break
+            slots = [slot for *_, slot in group]
+            seconds -= self._admit_rows(key, slots, list(map(len, prompts)))
+            ran = True
+            for (job, row, slot), prompt in zip(group, prompts):
+                job.filled[row] = len(prompt)
+                self._remember(job, slot, prompt)
+        return seconds, ran
+
+    def _unfilled_rows(self):
+        """`(job, row, slot, prompt)` of each prompt still to prefill, oldest
+        first, after copying in its cached prefix (up to the first cancelled
+        request, which `_prefill` releases)."""
+        for job in self._jobs:
+            if not job.prefilling:
+                continue
+            if job.handle.cancelled:
+                return
+            for row, slot in enumerate(job.slots):
+                prompt = job.reader.row_prompts[row]
+                if job.filled[row] is None:
+                    job.filled[row] = self._reuse(job, slot, prompt)
+                if job.filled[row] < len(prompt):
+                    yield job, row, slot, prompt
+
+    @property
+    def _short_buckets(self):
+        """The prompt buckets that `_admit_short` prefills rows of."""
+        return [b for b in self.prompt_buckets if b <= SHORT_PROMPT_TOKENS]
+
     def _chunk_tokens(self, start, remaining, seconds):
         """The most of `remaining` prompt positions from `start` that one
         prefill chunk runs in about `seconds` (by the chunk programs'
@@ -855,43 +911,57 @@ class Engine:
 
     def _prefill_key(self, start, count):
         """The program that prefills `count` positions from `start`, and
-        the position its chunk starts at: `("admit", bucket)` for a chunk
-        from the prompt's start, `("extend", (bucket, attended))` after. A
+        the position its chunk starts at: `("admit", (1, bucket))` for a
+        chunk from the prompt's start, `("extend", (bucket, attended))` after. A
         chunk is padded to a bucket, started earlier where the padding would
         pass the cache's end (the positions before `start` are written
         again with the same values)."""
         bucket = next(b for b in self.prompt_buckets if b >= count)
         start = min(start, self.cache_length - bucket)
         if start == 0:  # its positions attend to one another only
-            return ("admit", bucket), 0
+            return ("admit", (1, bucket)), 0
         attended = next(n for n in self.length_buckets if n >= start + bucket)
         return ("extend", (bucket, attended)), start
 
     def _prefill_chunk(self, slot, start, count):
         """Seed positions `start` to `start + count` of `slot`'s cache rows
-        from its prompt; the seconds it took (the program's measured time,
-        kept per program)."""
-        began, end = time.perf_counter(), start + count
+        from its prompt; the seconds it took."""
+        end = start + count
         key, start = self._prefill_key(start, count)
-        (kind, shape), token_ids = key, self._host["token_ids"][slot]
+        kind, shape = key
+        if kind == "admit":
+            return self._admit_rows(key, [slot], [end])
+        token_ids = self._host["token_ids"][slot, start : start + shape[0]]
+        return self._run_prefill(
+            key,
+            ops.convert_to_tensor(slot, "int32"),
+            ops.convert_to_tensor(token_ids[None], "int32"),
+            ops.convert_to_tensor(start, "int32"),
+        )
+
+    def _admit_rows(self, key, slots, ends):
+        """Seed the cache rows of `slots` from their prompts' first `ends`
+        positions with the admit program `key` (rows past the prompts
+        repeat the last one); the seconds it took."""
+        rows, bucket = key[1]
+        slots = slots + slots[-1:] * (rows - len(slots))
+        ends = ends + ends[-1:] * (rows - len(ends))
+        return self._run_prefill(
+            key,
+            ops.convert_to_tensor(np.array(slots), "int32"),
+            ops.convert_to_tensor(self._host["token_ids"][slots, :bucket], "int32"),
+            ops.convert_to_tensor(np.arange(bucket) < np.array(ends)[:, None]),
+        )
+
+    def _run_prefill(self, key, *arguments):
+        """Run the prefill program `key` on the cache; the seconds it took
+        (the program's measured time, kept per program)."""
+        began = time.perf_counter()
         if self._device is None:
             self._device = self._empty_cache()
-        if kind == "admit":
-            arguments = (
-                ops.convert_to_tensor(token_ids[None, :shape], "int32"),
-                ops.convert_to_tensor((np.arange(shape) < end)[None], "bool"),
-            )
-        else:
-            arguments = (
-                ops.convert_to_tensor(
-                    token_ids[None, start : start + shape[0]], "int32"
-                ),
-                ops.convert_to_tensor(start, "int32"),
-            )
-        self._device = self._program(kind, shape)(
-            {"state": self._device}, ops.convert_to_tensor(slot, "int32"), *arguments
-        )["state"]
-        backend.wait(self._device)
+        state = self._program(*key)({"state": self._device}, *arguments)["state"]
+        self._device = state
+        backend.wait(state)
         seconds = time.perf_counter() - began
         if key not in self._prefill_seconds:  # a first call's time is its compile's
             self._prefill_seconds[key] = None

@@ -5,9 +5,10 @@ cache (one row per slot), each slot's token buffer, position and stop ids,
 and each slot's numbers for the sampler and for every processor it may
 run. Two programs run over it:
 
-- `admit(loop, slot, token_ids, mask)` seeds slot `slot`'s cache rows with
-  one prompt, or its first chunk (one program per prompt length bucket),
-  and touches no other row;
+- `admit(loop, slots, token_ids, mask)` seeds the cache rows of `slots`
+  with one prompt each, or its first chunk (one program per prompt length
+  bucket, for one row, and for a few rows of short prompts), and touches
+  no other row;
 - `extend(loop, slot, token_ids, start, cache_length)` continues them
   with the next chunk of a prompt (one program per chunk length bucket
   and length bucket of the positions it attends to), and
@@ -35,20 +36,23 @@ from keras_gen.samplers.speculative_decoding import SpeculativeState
 from keras_gen.samplers.speculative_decoding import lookup_proposes
 
 
-def admit(backbone, loop, slot, token_ids, mask):
-    """Seed slot `slot`'s cache rows from a `(1, bucket)` prompt."""
+def admit(backbone, loop, slots, token_ids, mask):
+    """Seed the cache rows of `slots` from `(len(slots), bucket)` prompts,
+    one per slot (a slot named twice gets the same rows twice)."""
     _, prompt_state = backbone.build_state(
         token_ids, mask, cache_length=ops.shape(token_ids)[1]
     )
     zero = ops.zeros((), "int32")
-    starts = (ops.cast(slot, "int32"), zero, zero, zero)
-    state = tuple(
-        tuple(
-            backend.update_block(cache, block, starts, donate=True)
-            for cache, block in zip(layer, prompt_layer)
+    state = loop["state"]
+    for row in range(ops.shape(token_ids)[0]):
+        starts = (ops.cast(slots[row], "int32"), zero, zero, zero)
+        state = tuple(
+            tuple(
+                backend.update_block(cache, block[row : row + 1], starts, donate=True)
+                for cache, block in zip(layer, prompt_layer)
+            )
+            for layer, prompt_layer in zip(state, prompt_state)
         )
-        for layer, prompt_layer in zip(loop["state"], prompt_state)
-    )
     return {**loop, "state": state}
 
 

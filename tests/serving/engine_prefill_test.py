@@ -61,6 +61,19 @@ def log_calls(engine):
     return calls
 
 
+def log_admits(engine):
+    """The rows (slots, prompt lengths) of each admit program call."""
+    calls = []
+    admit_rows = engine._admit_rows
+
+    def logged(key, slots, ends):
+        calls.append((key[1], list(slots), list(ends)))
+        return admit_rows(key, slots, ends)
+
+    engine._admit_rows = logged
+    return calls
+
+
 def metric(engine, name):
     for line in engine.metrics.text().splitlines():
         if line.startswith(name + " "):
@@ -90,6 +103,29 @@ def test_prefix_hits_equal_misses(lm):
     # (the 20-token one: its first).
     assert hits == 16 * (2 * 5 + 1)
     assert queries == sum(len(p) for p, _ in requests)
+    for record, (p, c) in zip(records, requests):
+        assert_same(record, alone(lm, p, c))
+
+
+@ON_TORCH_ONLY
+def test_short_prompts_waiting_together_share_admit_calls(lm):
+    # Six short prompts, a long one, a short one, all waiting at once: the
+    # six go four and two to a call (the two padded to four rows: the last
+    # repeated), then
+    # the long one and the last each alone, oldest first.
+    lengths = [5, 20, 9, 31, 12, 3, 40, 7]
+    requests = [(prompt(n, seed=i), config(i)) for i, n in enumerate(lengths)]
+    with Engine(lm, max_batch_size=8, max_length=128) as engine:
+        admits = log_admits(engine)
+        with engine._condition:  # the step thread admits them together
+            handles = [engine.submit(p, c) for p, c in requests]
+        records = [h.result(timeout=TIMEOUT) for h in handles]
+    assert admits == [
+        ((4, 32), [0, 1, 2, 3], [5, 20, 9, 31]),
+        ((4, 16), [4, 5], [12, 3]),
+        ((1, 64), [6], [40]),
+        ((1, 16), [7], [7]),
+    ]
     for record, (p, c) in zip(records, requests):
         assert_same(record, alone(lm, p, c))
 

@@ -148,12 +148,27 @@ def grows_caches():
     """Whether one program may run its loop in segments over caches of
     growing length (each segment a loop of its own shapes).
 
-    JAX and TensorFlow compile every segment into the same XLA program.
-    torch compiles its loop step once per shape, and a first compile
-    already takes the longest part of its first call, so it keeps one
-    cache length per program.
+    JAX and TensorFlow compile every segment into the same XLA program;
+    torch compiles its loop step once for them all, the caches' length
+    symbolic (see `varying_length`).
     """
     return _impl.GROWS_CACHES
+
+
+def compiles_each_shape():
+    """Whether each shape an Engine program runs at is a compile of its
+    own worth avoiding: torch compiles a decode step in about a minute, so
+    its Engine keeps one program (every slot over the whole cache), which
+    a few rows cost hardly more than one."""
+    return _impl.COMPILES_EACH_SHAPE
+
+
+def varying_length(tensors, axis):
+    """`tensors` (a structure), their `axis` a length that changes between
+    the calls of a compiled loop step (a cache grown in segments): torch
+    compiles one step for every length instead of one per length; as is
+    elsewhere. Call it outside the step."""
+    return _impl.varying_length(tensors, axis)
 
 
 def shortest_cache_bucket():

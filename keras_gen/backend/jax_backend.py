@@ -14,6 +14,9 @@ DISTRIBUTED = True
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# An Engine compiles a program per row and length bucket.
+COMPILES_EACH_SHAPE = False
+
 # See `backend.shortest_cache_bucket`.
 SHORTEST_CACHE_BUCKET = 64
 
@@ -142,6 +145,10 @@ def to_numpy(x):
 
         return multihost_utils.process_allgather(x, tiled=True)
     return keras.ops.convert_to_numpy(x)
+
+
+def varying_length(tensors, axis):
+    return tensors
 
 
 def wait(x):

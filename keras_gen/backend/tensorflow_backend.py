@@ -15,6 +15,9 @@ DISTRIBUTED = False
 # into the one program (see `backend.grows_caches`).
 GROWS_CACHES = True
 
+# An Engine compiles a program per row and length bucket.
+COMPILES_EACH_SHAPE = False
+
 # Its compiles are the slowest: see `backend.shortest_cache_bucket`.
 SHORTEST_CACHE_BUCKET = 128
 
@@ -166,6 +169,10 @@ def distribute_tensor(x, layout):
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+def varying_length(tensors, axis):
+    return tensors
 
 
 def wait(x):

@@ -21,11 +21,12 @@ from keras_gen import backend
 # A `keras.distribution` is refused: see `backend.check_distribution`.
 DISTRIBUTED = False
 
-# One cache length per program: each length would compile the step again
-# (see `backend.grows_caches`).
-GROWS_CACHES = False
+# A loop's step compiles once for caches of every length (the length axis
+# symbolic: `varying_length`).
+GROWS_CACHES = True
 
-# Unused: a program attends over its whole cache (see above).
+# An Engine keeps one program: see `backend.compiles_each_shape`.
+COMPILES_EACH_SHAPE = True
 SHORTEST_CACHE_BUCKET = None
 
 # Compiled graphs persist in Inductor's caches.
@@ -412,6 +413,15 @@ def distribute_tensor(x, layout):
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+def varying_length(tensors, axis):
+    # Dynamo compiles the step with that axis symbolic: one graph for every
+    # length (the others stay static).
+    for x in torch.utils._pytree.tree_leaves(tensors):
+        if isinstance(x, torch.Tensor):
+            torch._dynamo.mark_dynamic(x, axis)
+    return tensors
 
 
 def wait(x):

@@ -14,8 +14,8 @@ from keras import ops
 from keras_gen import backend
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 
-# `generate` on JAX and TensorFlow decodes positions below 256 against a
-# cache of 256, then of 512, ... (see `attention_spans`).
+# `generate` decodes positions below 256 against a cache of 256, then of
+# 512, ... (see `attention_spans`).
 MIN_ATTENTION_SPAN = 256
 
 
@@ -26,8 +26,8 @@ def attention_spans(cache_length, prefill_length, sampler):
     empty when `max_length` is long: positions below 256 are decoded
     against a cache of 256 positions, then up to 512 against 512, and so
     on, each a loop of its own inside the program (a fixed number per
-    cache length). `()`, one loop over the whole cache, where the backend
-    keeps one cache length (torch), for a sampler whose rows advance apart
+    cache length; torch compiles one step for them all). `()`, one loop
+    over the whole cache, for a sampler whose rows advance apart
     (speculative decoding: `lookahead`) and for caches of at most 256
     positions.
     """
@@ -159,8 +159,9 @@ def run(lm, loop, processors, sampler, attention_spans=()):
     until = loop.until
     for span in attention_spans:
         # A step at `index` writes and attends from `index - 1`.
+        state = lm.backbone.grow_state(loop.state, span)
         loop = loop._replace(
-            state=lm.backbone.grow_state(loop.state, span),
+            state=backend.varying_length(state, axis=2),
             until=ops.minimum(until, span + 1),
         )
         loop = sampler.run(lm.next, loop)

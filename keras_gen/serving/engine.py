@@ -521,9 +521,9 @@ class Engine:
         """The slot counts a decode program runs over (powers of two, and
         every slot): the occupied slots decide which runs, so a lone
         request does not pay for the empty ones. Where each shape compiles
-        a step of its own (torch, see `backend.grows_caches`), every slot:
+        a step of its own (torch, see `backend.compiles_each_shape`), every slot:
         one program, which a few rows cost hardly more than one."""
-        if not backend.grows_caches():
+        if backend.compiles_each_shape():
             return [self.num_slots]
         return _buckets(1, self.num_slots)
 
@@ -540,7 +540,7 @@ class Engine:
         """The cache lengths a decode program attends over: the longest
         running request decides which runs (on torch the whole cache, as
         for the rows), from `backend.shortest_cache_bucket()`."""
-        if not backend.grows_caches():
+        if backend.compiles_each_shape():
             return [self.cache_length]
         return _buckets(backend.shortest_cache_bucket(), self.cache_length)
 

@@ -25,9 +25,9 @@ DISTRIBUTED = False
 # symbolic: `varying_length`).
 GROWS_CACHES = True
 
-# An Engine keeps one program: see `backend.compiles_each_shape`.
+# An Engine keeps one row count: see `backend.compiles_each_shape`.
 COMPILES_EACH_SHAPE = True
-SHORTEST_CACHE_BUCKET = None
+SHORTEST_CACHE_BUCKET = 64
 
 # Compiled graphs persist in Inductor's caches.
 KEEPS_PROGRAMS = True

@@ -521,8 +521,8 @@ class Engine:
         """The slot counts a decode program runs over (powers of two, and
         every slot): the occupied slots decide which runs, so a lone
         request does not pay for the empty ones. Where each shape compiles
-        a step of its own (torch, see `backend.compiles_each_shape`), every slot:
-        one program, which a few rows cost hardly more than one."""
+        a step of its own (torch, see `backend.compiles_each_shape`), every
+        slot: a few rows cost hardly more than one."""
         if backend.compiles_each_shape():
             return [self.num_slots]
         return _buckets(1, self.num_slots)
@@ -538,10 +538,9 @@ class Engine:
     @property
     def length_buckets(self):
         """The cache lengths a decode program attends over: the longest
-        running request decides which runs (on torch the whole cache, as
-        for the rows), from `backend.shortest_cache_bucket()`."""
-        if backend.compiles_each_shape():
-            return [self.cache_length]
+        running request decides which runs. From
+        `backend.shortest_cache_bucket()`; on torch one compiled step serves
+        them all (see `engine_programs.decode`)."""
         return _buckets(backend.shortest_cache_bucket(), self.cache_length)
 
     def warm_up(self, wide_outputs=False):

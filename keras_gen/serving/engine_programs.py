@@ -115,9 +115,13 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
     cache = slots["state"]
     rows, length = ops.shape(slots["token_ids"])
     block = (rows, cache_length) != tuple(ops.shape(cache[0][0])[::2])
+    # Where each shape is a compile of its own (torch), every length bucket
+    # reads a view, its length symbolic: one compiled step for them all.
+    block = block or backend.compiles_each_shape()
     state = cache
     if block:  # the first rows and positions, read in place
         zero, positions = ops.zeros((), "int32"), ops.arange(cache_length)
+        positions = backend.varying_length(positions, axis=0)
         state = tuple(CacheView(*layer, zero, positions) for layer in cache)
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = LoopState(

@@ -198,6 +198,27 @@ def test_no_compile_after_warm_up(lm, torch_compiled):
             engine.warm_up()
 
 
+@pytest.mark.only_backend("torch")
+def test_one_compiled_step_serves_every_length_bucket(lm, torch_compiled):
+    # torch compiles one decode step for every length bucket (the cache is
+    # read through a view whose length is symbolic): a short request
+    # attends over 64 positions, a long one over 128 once it passes 64.
+    with Engine(lm, max_batch_size=2, max_length=128, chunk_size=4) as engine:
+        assert engine.length_buckets == [64, 128] and engine.row_buckets == [2]
+        engine.warm_up()
+        assert engine.compilations == 1
+        common = dict(output_log_probs=True, top_logprobs=2, stop_token_ids=[])
+        requests = [
+            (PROMPTS[0], GenerationConfig(max_new_tokens=90, temperature=0, **common)),
+            (PROMPTS[1], GenerationConfig(max_new_tokens=12, seed=3, **common)),
+        ]
+        handles = [engine.submit(p, c) for p, c in requests]
+        records = [handle.result(TIMEOUT) for handle in handles]
+        assert engine.compilations == 1
+    for record, (prompt, config) in zip(records, requests):
+        assert_same(record, alone(lm, prompt, config))
+
+
 STRUCTURED = [
     {
         "type": "json_schema",

@@ -158,8 +158,9 @@ def grows_caches():
 def compiles_each_shape():
     """Whether each shape an Engine program runs at is a compile of its
     own worth avoiding: torch compiles a decode step in about a minute, so
-    its Engine keeps one program (every slot over the whole cache), which
-    a few rows cost hardly more than one."""
+    its Engine runs every slot in each decode program (a few rows cost
+    hardly more than one) and its length buckets share one compiled step
+    (`varying_length`)."""
     return _impl.COMPILES_EACH_SHAPE
 
 

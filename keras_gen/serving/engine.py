@@ -911,10 +911,10 @@ class Engine:
     def _prefill_key(self, start, count):
         """The program that prefills `count` positions from `start`, and
         the position its chunk starts at: `("admit", (1, bucket))` for a
-        chunk from the prompt's start, `("extend", (bucket, attended))` after. A
-        chunk is padded to a bucket, started earlier where the padding would
-        pass the cache's end (the positions before `start` are written
-        again with the same values)."""
+        chunk from the prompt's start, `("extend", (bucket, attended))`
+        after. A chunk is padded to a bucket, started earlier where the
+        padding would pass the cache's end (the positions before `start`
+        are written again with the same values)."""
         bucket = next(b for b in self.prompt_buckets if b >= count)
         start = min(start, self.cache_length - bucket)
         if start == 0:  # its positions attend to one another only

@@ -344,10 +344,20 @@ def _add_serve(commands):
         "(default: no speculation)",
     )
     serve.add_argument(
+        "--warm-up",
+        choices=("background", "wait", "off"),
+        default="background",
+        help="compile every program at startup and serve at once, torch "
+        "compiling its decode step in the background meanwhile (requests run "
+        "it eagerly until then); or serve once every compile is done; or "
+        "compile on the first requests (default: background)",
+    )
+    serve.add_argument(
         "--no-warm-up",
         dest="warm_up",
-        action="store_false",
-        help="compile on the first requests instead of at startup",
+        action="store_const",
+        const="off",
+        help="the same as --warm-up off",
     )
     serve.add_argument(
         "--model-name",
@@ -819,7 +829,9 @@ def run_serve(args):
             max_batch_size=args.max_batch_size,
             max_length=args.max_length,
             max_queue=args.max_queue,
-            warm_up=args.warm_up,
+            warm_up={"background": "background", "wait": True, "off": False}[
+                args.warm_up
+            ],
             prefix_cache_bytes=args.prefix_cache_bytes,
             prefill_chunk_tokens=args.prefill_chunk_tokens,
             prefill_pause=args.prefill_pause,

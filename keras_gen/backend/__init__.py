@@ -24,6 +24,7 @@ _MODULES = {
 }
 
 _trace_counter = [0]
+_thread_traces = threading.local()
 
 
 def name():
@@ -66,17 +67,21 @@ def compilation_cache_dir():
 _impl.use_compilation_cache(compilation_cache_dir())
 
 
-def trace_count():
-    """How many times a generation program has been traced (compiled).
+def trace_count(this_thread=False):
+    """How many times a generation program has been traced (compiled), in
+    this process or (`this_thread=True`) on this thread.
 
     Tests read it before and after a call to prove that a call reused a
     compiled program instead of building a new one.
     """
+    if this_thread:
+        return getattr(_thread_traces, "count", 0)
     return _trace_counter[0]
 
 
 def count_trace():
     _trace_counter[0] += 1
+    _thread_traces.count = trace_count(this_thread=True) + 1
 
 
 def compiling_python():
@@ -125,23 +130,40 @@ _warming = threading.local()
 
 
 @contextlib.contextmanager
-def warming_up():
+def warming_up(background=False):
     """Within it, programs compile every step they may run, even a loop
     whose condition is false at once (a warm-up runs its programs on empty
     state). torch compiles a loop's step when it first runs: it then runs
     the step once and drops the result, so the step's in-place writes (the
     key/value cache) must be harmless, as they are on empty state. JAX and
-    TensorFlow compile the whole program anyway."""
-    outer, _warming.active = is_warming_up(), True
+    TensorFlow compile the whole program anyway.
+
+    `background=True` (torch): each step compiles on a thread of its own,
+    run on a copy of its loop state; until it is ready, the program runs
+    the step eagerly (see `background_compiles`). JAX and TensorFlow
+    compile whole programs and ignore it."""
+    outer = is_warming_up(), warms_up_in_background()
+    _warming.active, _warming.background = True, background
     try:
         yield
     finally:
-        _warming.active = outer
+        _warming.active, _warming.background = outer
 
 
 def is_warming_up():
     """Whether this thread's calls now run inside `warming_up()`."""
     return getattr(_warming, "active", False)
+
+
+def warms_up_in_background():
+    """Whether this thread's calls run inside `warming_up(background=True)`."""
+    return getattr(_warming, "background", False)
+
+
+def background_compiles():
+    """How many steps `warming_up(background=True)` left compiling (or
+    waiting to) in this process."""
+    return _impl.background_compiles()
 
 
 def grows_caches():

@@ -37,6 +37,10 @@ def use_compilation_cache(path):
     jax.config.update("jax_compilation_cache_max_size", CACHE_BYTES)
 
 
+def background_compiles():
+    return 0  # a whole program compiles where it is first called
+
+
 def compiling_python():
     # `jax.jit` traces by running the Python: Keras' calls cost little.
     return False

@@ -47,6 +47,10 @@ def _assigning(fn, donated):
     return assigning_fn
 
 
+def background_compiles():
+    return 0  # a whole program compiles where it is first called
+
+
 def compiling_python():
     # `tf.function` traces by running the Python: Keras' calls cost little.
     return False

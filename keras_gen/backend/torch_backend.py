@@ -6,8 +6,13 @@ fixed-shape state: the cache is allocated before the loop and updated in
 place, and `index` is a tensor, so the step never recompiles as it advances.
 """
 
+import concurrent.futures
+import contextlib
+import contextvars
 import inspect
 import os
+import sys
+import threading
 import time
 import warnings
 
@@ -146,7 +151,10 @@ def _kernels(variables, *dtypes):
 
 
 def compiling_python():
-    return torch.compiler.is_compiling()
+    # Dynamo folds this to True where it traces; `is_compiling()` is one
+    # flag for the process, true on every thread while one compiles (a
+    # step that compiles in the background, beside the eager ones).
+    return torch.compiler.is_dynamo_compiling()
 
 
 def compile_function(
@@ -162,7 +170,7 @@ def compile_function(
         _settle_keras_scopes()
         outer, _program = _program, program
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _eager_while_compiling():
                 return fn(*args, **kwargs)
         finally:
             _program = outer
@@ -174,14 +182,139 @@ def compile_function(
 def while_loop(cond, body, loop_state, jit_compile=True):
     program = _program
     compiled = jit_compile and program["compile"] and COMPILER != "none"
-    step = _compiled(body) if compiled else body
-    if compiled and backend.is_warming_up() and not bool(cond(loop_state)):
+    if compiled and backend.warms_up_in_background() and _lock_fx_patches():
+        _compile_in_background(body, program, loop_state)
+    elif compiled and backend.is_warming_up() and not bool(cond(loop_state)):
         # The result is dropped; the step's in-place writes (the cache)
         # land on the warm-up's empty state.
-        step = _run(step, body, program, loop_state)[1]
+        _run(_compiled(body), body, program, loop_state)
+    compiled = compiled and program["compile"] and not _eager.active
+    step = _compiled(body) if compiled else body
     while bool(cond(loop_state)):
         loop_state, step = _run(step, body, program, loop_state)
     return loop_state
+
+
+# Compiling in the background (`backend.warming_up(background=True)`): one
+# thread compiles every step in turn (a later one of the same graph then
+# finds it compiled); only those not yet done are kept. Until none is left,
+# every program runs eagerly, whole, under `_fx_patches`: torch.fx's
+# tracer (AOTAutograd's `make_fx` among its users) patches
+# `torch.nn.Module.__call__` and `__getattr__` for the whole process while
+# it traces, and an eager step on another thread would call its layers
+# through the tracer. The compiling thread holds the lock while those
+# patches stand. (The eager programs call no compiled step, so they never
+# wait for Dynamo's lock while holding this one.)
+_compiler = concurrent.futures.ThreadPoolExecutor(1, "keras-gen-compile")
+_compiling = set()
+_settings = []  # the settings to restore once none is left
+SWITCH_INTERVAL = 1e-3
+_fx_patches = threading.RLock()
+
+
+class _Eager(threading.local):
+    active = False  # this thread runs a program eagerly, under `_fx_patches`
+
+
+_eager = _Eager()
+
+
+@contextlib.contextmanager
+def _eager_while_compiling():
+    if not _compiling or _eager.active:
+        yield
+        return
+    with _fx_patches:
+        _eager.active = True
+        try:
+            yield
+        finally:
+            _eager.active = False
+
+
+def _lock_fx_patches():
+    """Make torch.fx's tracer hold `_fx_patches` while its patches stand
+    (once; whether torch has the function this wraps)."""
+    new_patcher = getattr(torch.fx._symbolic_trace, "_new_patcher", None)
+    if new_patcher is None or getattr(new_patcher, "locked", False):
+        return new_patcher is not None
+
+    @contextlib.contextmanager
+    def locked():
+        with _fx_patches, new_patcher() as patcher:
+            yield patcher
+
+    locked.locked = True
+    torch.fx._symbolic_trace._new_patcher = locked
+    return True
+
+
+def background_compiles():
+    return len(_compiling)
+
+
+def _compile_in_background(body, program, loop_state):
+    """Compile `body`'s step for `loop_state` on the compiling thread: it
+    runs the step once, with this thread's Keras scopes, and drops the
+    result. The step writes in place only the loop's `state` (the
+    key/value cache), so that alone is copied (same shapes, strides and
+    symbolic axes); the rest is shared, as the step's guards expect (the
+    sampler's numbers are both its own and the loop's)."""
+    copies = {}
+
+    def copy(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) not in copies:  # an input given twice stays one tensor
+            copies[id(x)] = torch.empty_strided(
+                x.shape, x.stride(), dtype=x.dtype, device=x.device
+            ).copy_(x)
+            dynamic = getattr(x, "_dynamo_dynamic_indices", ())
+            if dynamic:
+                torch._dynamo.mark_dynamic(copies[id(x)], sorted(dynamic))
+        return copies[id(x)]
+
+    state = loop_state._replace(
+        state=torch.utils._pytree.tree_map(copy, loop_state.state)
+    )
+    scopes = dict(vars(global_state.GLOBAL_STATE_TRACKER))
+
+    def compile():
+        for name, value in scopes.items():
+            global_state.set_global_attribute(name, value)
+        with torch.no_grad():
+            try:
+                _compiled(body)(state)
+            except Exception as error:  # the program stays eager
+                program["compile"] = False
+                warnings.warn(
+                    "torch.compile cannot capture this generation step, so "
+                    f"it runs eagerly: {str(error).splitlines()[0]}"
+                )
+
+    # The compiler's processes take the cores: two threads of an eager
+    # step would wait on each other at every product. And the eager step
+    # takes the GIL back after each of its many small ops: a shorter
+    # switch interval lets it in sooner while the compiling thread runs
+    # Python.
+    if not _compiling:
+        _settings[:] = [(torch.get_num_threads(), sys.getswitchinterval())]
+        torch.set_num_threads(1)
+        sys.setswitchinterval(SWITCH_INTERVAL)
+    # torch's compiler settings are context variables (the compilation
+    # cache's among them): the compiling thread runs in a copy of this
+    # thread's context.
+    future = _compiler.submit(contextvars.copy_context().run, compile)
+    _compiling.add(future)
+    future.add_done_callback(_compiled_in_background)
+
+
+def _compiled_in_background(future):
+    _compiling.discard(future)
+    if not _compiling and _settings:
+        threads, interval = _settings.pop()
+        torch.set_num_threads(threads)
+        sys.setswitchinterval(interval)
 
 
 def _run(step, body, program, loop_state):
@@ -204,7 +337,7 @@ def _run(step, body, program, loop_state):
 
 def cond(pred, true_fn, false_fn, *operands):
     # A Python branch on a tensor would break a `fullgraph` compile.
-    if torch.compiler.is_compiling():
+    if compiling_python():
         operands = torch.utils._pytree.tree_map(_row_major, operands)
         return torch.cond(pred, _fresh(true_fn), _fresh(false_fn), operands)
     return (true_fn if bool(pred) else false_fn)(*operands)

@@ -2,6 +2,8 @@
 
 import prometheus_client
 
+from keras_gen import backend
+
 # The content type of `EngineMetrics.text()`.
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
 
@@ -13,8 +15,10 @@ class EngineMetrics:
     Names: `keras_gen_requests_total` (label `finish_reason`),
     `keras_gen_prompt_tokens_total`, `keras_gen_generated_tokens_total`,
     `keras_gen_running_requests`, `keras_gen_waiting_requests`,
-    `keras_gen_program_compilations_total` (every program the engine traced
-    or compiled), `keras_gen_prefix_cache_queries_total` and
+    `keras_gen_program_compilations_total` (every program the engine's step
+    thread traced or compiled), `keras_gen_compiling_steps` (steps still
+    compiling in the background: see `Engine.warm_up`),
+    `keras_gen_prefix_cache_queries_total` and
     `keras_gen_prefix_cache_hits_total` (prompt tokens looked up, and found,
     in the prefix cache), `keras_gen_prefix_cache_bytes`,
     `keras_gen_speculative_draft_tokens_total` and
@@ -55,9 +59,15 @@ class EngineMetrics:
         )
         self.compilations = prometheus_client.Counter(
             "keras_gen_program_compilations",
-            "Programs the engine traced or compiled.",
+            "Programs the engine's step thread traced or compiled.",
             registry=registry,
         )
+        self.compiling = prometheus_client.Gauge(
+            "keras_gen_compiling_steps",
+            "Steps compiling in the background (requests run them eagerly).",
+            registry=registry,
+        )
+        self.compiling.set_function(backend.background_compiles)
         self.prefix_cache_queries = prometheus_client.Counter(
             "keras_gen_prefix_cache_queries",
             "Prompt tokens looked up in the prefix cache.",

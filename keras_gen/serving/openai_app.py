@@ -811,7 +811,12 @@ def create_app(
         max_queue: int, requests that may wait for a slot; more get a 429.
         chunk_size: int, decode steps between two admissions (and stream
             events); by default about 50 ms of them (see `Engine`).
-        warm_up: bool, compile every program at startup, before serving.
+        warm_up: `"background"`, `True` or `False`: compile every program
+            at startup, before serving; `"background"` serves as soon as
+            every program can run, while torch compiles its decode step on
+            a thread of its own (requests run it eagerly until then; JAX
+            and TensorFlow wait for their compiles either way: see
+            `Engine.warm_up`).
         max_body_bytes: int, larger request bodies get a 413.
         logits_processors: a dict from a name to a
             `keras_gen.processors.LogitsProcessor` class or instance (your
@@ -867,14 +872,24 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        reporter = None
         if warm_up:
             log = logging.getLogger("uvicorn.error")
             log.info("Compiling the engine's programs before serving...")
             begun = time.perf_counter()
+            background = warm_up == "background"
             with Ticker("compiling", closing_line=False):
-                await asyncio.to_thread(engine.warm_up)
+                await asyncio.to_thread(engine.warm_up, background=background)
             log.info("Compiled in %.1f s.", time.perf_counter() - begun)
+            if engine.compiling:
+                log.info(
+                    "The decode step compiles in the background; requests "
+                    "run it eagerly (slower) until then."
+                )
+                reporter = asyncio.create_task(_report_compiled(engine, log, begun))
         yield
+        if reporter is not None:
+            reporter.cancel()
         preparation.close()
         await asyncio.to_thread(engine.close)
 
@@ -888,6 +903,12 @@ def create_app(
     preparation = _Preparation()
     _add_routes(app, engine, served, started, max_body_bytes, preparation)
     return app
+
+
+async def _report_compiled(engine, log, begun):
+    while engine.compiling:
+        await asyncio.sleep(0.5)
+    log.info("The decode step compiled in %.1f s.", time.perf_counter() - begun)
 
 
 def serve(lm, host="127.0.0.1", port=8000, model_name="demo", **options):

@@ -219,6 +219,61 @@ def test_one_compiled_step_serves_every_length_bucket(lm, torch_compiled):
         assert_same(record, alone(lm, prompt, config))
 
 
+@pytest.mark.only_backend("torch")
+def test_a_background_warm_up_serves_eagerly_until_its_step_compiles(
+    lm, traces, monkeypatch
+):
+    # `warm_up(background=True)` returns before the decode step compiles:
+    # requests run it eagerly meanwhile (the compiler is held here until
+    # they are done), and the compiled step once it is ready, with no
+    # compile on the step thread. Requests keep coming while the compile
+    # runs (while torch.fx's tracer patches `torch.nn.Module`).
+    import torch
+
+    from keras_gen.backend import torch_backend
+
+    release, compiler = threading.Event(), torch_backend._counting_compiler
+    compiled_calls, compiled = [], torch_backend._compiled
+
+    def held(graph, inputs):
+        assert release.wait(TIMEOUT)
+        return compiler(graph, inputs)
+
+    def counted(body):
+        compiled_calls.append(body)
+        return compiled(body)
+
+    monkeypatch.setattr(torch_backend, "_counting_compiler", held)
+    monkeypatch.setattr(torch_backend, "_compiled", counted)
+    threads = torch.get_num_threads()
+    common = dict(output_log_probs=True, top_logprobs=2, stop_token_ids=[])
+    requests = [
+        (PROMPTS[0], GenerationConfig(max_new_tokens=70, temperature=0, **common)),
+        (PROMPTS[1], GenerationConfig(max_new_tokens=12, seed=3, **common)),
+    ]
+    records = []
+    with Engine(lm, max_batch_size=2, max_length=128, chunk_size=4) as engine:
+        engine.warm_up(background=True)
+        assert engine.compiling and engine.stats["compiling"]
+        handles = [engine.submit(p, c) for p, c in requests]
+        records += [
+            (handle.result(TIMEOUT), request)
+            for handle, request in zip(handles, requests)
+        ]
+        assert engine.compiling and torch.get_num_threads() == 1
+        release.set()
+        deadline = time.monotonic() + TIMEOUT
+        while engine.compiling:
+            assert time.monotonic() < deadline
+            records.append((engine.submit(*requests[1]).result(TIMEOUT), requests[1]))
+        assert torch.get_num_threads() == threads and traces() == 1
+        del compiled_calls[:]
+        records += [(engine.submit(p, c).result(TIMEOUT), (p, c)) for p, c in requests]
+        assert compiled_calls and traces() == 1 and engine.compilations == 0
+    for record, (prompt, config) in records:
+        assert_same(record, alone(lm, prompt, config))
+
+
 STRUCTURED = [
     {
         "type": "json_schema",

@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_gen import backend
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
+from keras_gen.layers.cached_attention import CacheView
 
 # `generate` decodes positions below 256 against a cache of 256, then of
 # 512, ... (see `attention_spans`).
@@ -147,13 +148,23 @@ def first_step(lm, loop, hidden_states, processors, sampler):
     )
 
 
-def run(lm, loop, processors, sampler, attention_spans=()):
+def run(lm, loop, processors, sampler, attention_spans=(), attention_span=None):
     """Run the sampler loop until it ends or reaches `loop.until`.
 
     With `attention_spans`, one loop per span in turn, each over a cache
-    grown to that span, up to the positions it holds.
+    grown to that span, up to the positions it holds. With
+    `attention_span` (a stream's chunk, its cache allocated whole), the
+    steps attend over the cache's first `attention_span` positions, which
+    hold every position they reach, and write into the whole cache in
+    place.
     """
     sampler = bind(sampler, processors, loop)
+    if attention_span is not None:
+        zero = ops.zeros((), "int32")
+        positions = backend.varying_length(ops.arange(attention_span), axis=0)
+        views = tuple(CacheView(*layer, zero, positions) for layer in loop.state)
+        loop = sampler.run(lm.next, loop._replace(state=views))
+        return loop._replace(state=tuple((v.keys, v.values) for v in loop.state))
     if not attention_spans:
         return sampler.run(lm.next, loop)
     until = loop.until
@@ -190,6 +201,9 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
     """
     started = time.monotonic()
     start, advance = functions
+    # As in `generate`, a chunk attends over the shortest span that holds
+    # the positions it reaches (a step at `index` writes `index - 1`).
+    spans = attention_spans(request.cache_length, request.prefill_length, sampler)
     try:
         with backend.no_grad():
             loop = start(request.program_inputs, **request.static_arguments)
@@ -198,8 +212,10 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
                 if not advanced:
                     index = int(ops.convert_to_numpy(loop.index))
                     until = min(index + chunk_size, request.cache_length)
+                    span = next((s for s in spans[:-1] if s >= until - 1), None)
                     loop = advance(
-                        loop._replace(until=ops.convert_to_tensor(until, "int32"))
+                        loop._replace(until=ops.convert_to_tensor(until, "int32")),
+                        attention_span=span,
                     )
                 advanced = False
                 time_is_up = (

@@ -425,8 +425,9 @@ class CausalLM(keras.Model):
         """Build (once) the compiled `(start, advance)` pair of a stream.
 
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
-        the loop state; `advance(loop)` runs the same sampler step up to
-        `loop.until`. The loop state is donated where the backend can.
+        the loop state; `advance(loop, attention_span)` runs the same
+        sampler step up to `loop.until`, attending over the cache's first
+        `attention_span` positions (`None`: all). The loop state is donated where the backend can.
         Found by structure, like `make_generate_function`.
         """
         sampler, processors = self._defaults(sampler, processors)
@@ -445,6 +446,7 @@ class CausalLM(keras.Model):
                 ),
                 compile_function(
                     functools.partial(generate_loop.run, self, **arguments),
+                    static_argnames=("attention_span",),
                     donate_argnums=(0,),
                 ),
             )

@@ -5,6 +5,7 @@ import pytest
 from keras import ops
 
 from keras_gen import samplers
+from keras_gen.generation import generate_loop
 from keras_gen.models import GPT2CausalLM
 from keras_gen.streaming import GenerationOutput
 from tests.conftest import tiny_gpt2_backbone
@@ -162,6 +163,33 @@ def test_stream_does_not_recompile_as_it_advances(gpt2_lm, traces):
         )
     )
     assert traces() == first
+
+
+@pytest.mark.only_backend("jax", "torch")
+@pytest.mark.parametrize(
+    "sampler, rich", [("greedy", True), (samplers.TopKSampler(k=5), False)]
+)
+def test_a_long_stream_attends_over_growing_spans(
+    monkeypatch, sampler, rich, torch_compiled
+):
+    # A cache of 1024: the chunks attend over its first 256 positions, then
+    # 512 (a chunk that crosses 256 takes 512), then all of them, as
+    # `generate`'s loops do; the joined stream equals `generate`.
+    spans, run = set(), generate_loop.run
+
+    def spied(*args, attention_span=None, **kwargs):
+        spans.add(attention_span)
+        return run(*args, attention_span=attention_span, **kwargs)
+
+    monkeypatch.setattr(generate_loop, "run", spied)
+    lm = GPT2CausalLM(tiny_gpt2_backbone(max_sequence_length=1024))
+    lm.compile(sampler=sampler)
+    prompts = [[5] * 40, [3, 9] * 60]
+    kwargs = dict(max_length=600, stop_token_ids=None, seed=3, **(RICH if rich else {}))
+    chunks = list(lm.stream(prompts, stream_chunk_size=7, **kwargs))
+    assert spans == {256, 512, None}
+    final = lm.generate(prompts, return_dict=True, **kwargs)
+    assert_records_equal(GenerationOutput.join(chunks), final)
 
 
 def test_first_chunk_is_the_token_the_prompt_predicts(gpt2_lm):

@@ -9,8 +9,10 @@ place, and `index` is a tensor, so the step never recompiles as it advances.
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import inspect
 import os
+import queue
 import sys
 import threading
 import time
@@ -205,8 +207,10 @@ def while_loop(cond, body, loop_state, jit_compile=True):
 # through the tracer. The compiling thread holds the lock while those
 # patches stand. (The eager programs call no compiled step, so they never
 # wait for Dynamo's lock while holding this one.)
-_compiler = concurrent.futures.ThreadPoolExecutor(1, "keras-gen-compile")
 _compiling = set()
+_jobs = queue.SimpleQueue()
+_compiler = []  # the compiling thread, once started
+_starting = threading.Lock()
 _settings = []  # the settings to restore once none is left
 SWITCH_INTERVAL = 1e-3
 _fx_patches = threading.RLock()
@@ -221,7 +225,9 @@ _eager = _Eager()
 
 @contextlib.contextmanager
 def _eager_while_compiling():
-    if not _compiling or _eager.active:
+    # (A background warm-up's programs too: they start the compiles.)
+    background = _compiling or backend.warms_up_in_background()
+    if not background or _eager.active:
         yield
         return
     with _fx_patches:
@@ -304,9 +310,29 @@ def _compile_in_background(body, program, loop_state):
     # torch's compiler settings are context variables (the compilation
     # cache's among them): the compiling thread runs in a copy of this
     # thread's context.
-    future = _compiler.submit(contextvars.copy_context().run, compile)
-    _compiling.add(future)
+    future = concurrent.futures.Future()
+    _compiling.add(future)  # before it may start
     future.add_done_callback(_compiled_in_background)
+    _jobs.put((future, functools.partial(contextvars.copy_context().run, compile)))
+    # A daemon: a process that exits does not wait for a compile.
+    with _starting:
+        if not _compiler:
+            _compiler.append(
+                threading.Thread(
+                    target=_compile_jobs, name="keras-gen-compile", daemon=True
+                )
+            )
+            _compiler[0].start()
+
+
+def _compile_jobs():
+    while True:
+        future, job = _jobs.get()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(job())
+        except BaseException as error:
+            future.set_exception(error)
 
 
 def _compiled_in_background(future):

@@ -27,12 +27,11 @@ def attention_spans(cache_length, prefill_length, sampler):
     empty when `max_length` is long: positions below 256 are decoded
     against a cache of 256 positions, then up to 512 against 512, and so
     on, each a loop of its own inside the program (a fixed number per
-    cache length; torch compiles one step for them all). `()`, one loop
-    over the whole cache, for a sampler whose rows advance apart
-    (speculative decoding: `lookahead`) and for caches of at most 256
-    positions.
+    cache length; torch compiles one step for them all). The last span is
+    the whole cache, with a speculative sampler's `lookahead` past it. `()`,
+    one loop over the whole cache, for caches of at most 256 positions.
     """
-    if not backend.grows_caches() or sampler.lookahead:
+    if not backend.grows_caches():
         return ()
     spans = []
     span = MIN_ATTENTION_SPAN
@@ -40,7 +39,7 @@ def attention_spans(cache_length, prefill_length, sampler):
         if span >= prefill_length:
             spans.append(span)
         span *= 2
-    return (*spans, cache_length) if spans else ()
+    return (*spans, cache_length + sampler.lookahead) if spans else ()
 
 
 def program_outputs(sampler, loop, finished):
@@ -169,14 +168,29 @@ def run(lm, loop, processors, sampler, attention_spans=(), attention_span=None):
         return sampler.run(lm.next, loop)
     until = loop.until
     for span in attention_spans:
-        # A step at `index` writes and attends from `index - 1`.
         state = lm.backbone.grow_state(loop.state, span)
-        loop = loop._replace(
-            state=backend.varying_length(state, axis=2),
-            until=ops.minimum(until, span + 1),
-        )
-        loop = sampler.run(lm.next, loop)
+        loop = loop._replace(state=backend.varying_length(state, axis=2))
+        if sampler.lookahead:  # the rows advance apart: see `_fits`
+            loop = backend.while_loop(
+                lambda loop, span=span: ops.logical_and(
+                    sampler.cond(loop), _fits(sampler, loop, span)
+                ),
+                lambda loop: sampler.step(lm.next, loop),
+                loop,
+            )
+        else:  # a step at `index` writes and attends from `index - 1`
+            loop = loop._replace(until=ops.minimum(until, span + 1))
+            loop = sampler.run(lm.next, loop)
     return loop._replace(until=until)
+
+
+def _fits(sampler, loop, span):
+    """Whether a speculative step's positions fit in a cache of `span`: a
+    row at length `L` writes and attends from `L - 1` to `L + lookahead - 1`."""
+    lengths = loop.sampler_state.lengths
+    running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+    furthest = ops.max(ops.where(running, lengths, 0))
+    return furthest + sampler.lookahead <= span
 
 
 def generate_step(lm, inputs, prefill_length, outputs, processors, sampler):
@@ -202,8 +216,10 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
     started = time.monotonic()
     start, advance = functions
     # As in `generate`, a chunk attends over the shortest span that holds
-    # the positions it reaches (a step at `index` writes `index - 1`).
+    # the positions it reaches (a step at `index` writes `index - 1`); a
+    # speculative chunk, whose rows advance apart, over the whole cache.
     spans = attention_spans(request.cache_length, request.prefill_length, sampler)
+    spans = () if sampler.lookahead else spans
     try:
         with backend.no_grad():
             loop = start(request.program_inputs, **request.static_arguments)

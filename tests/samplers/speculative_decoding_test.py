@@ -1,6 +1,8 @@
 """Speculative decoding: greedy output unchanged, sampling keeps the target's
 distribution, rows advance on their own, no retracing."""
 
+import types
+
 import numpy as np
 import pytest
 from keras import ops
@@ -8,6 +10,7 @@ from scipy import stats
 
 from keras_gen import processors
 from keras_gen import samplers
+from keras_gen.generation import generate_loop
 from keras_gen.models import GPT2CausalLM
 from keras_gen.models import LlamaBackbone
 from keras_gen.models import LlamaCausalLM
@@ -52,6 +55,27 @@ def test_greedy_equals_plain_greedy_on_ragged_batches(target, draft, setting):
     assisted = target.generate(
         PROMPTS, max_new_tokens=17, stop_token_ids=None, **kwargs
     )
+    assert assisted == plain
+
+
+@pytest.mark.only_backend("jax", "torch")
+@pytest.mark.parametrize("setting", ["draft", "lookup"])
+def test_a_long_cache_decodes_in_growing_spans(setting, torch_compiled):
+    # A cache of 1024 (and the lookahead): rows verify over its first 256
+    # positions while every running row's drafts fit there, then 512, then
+    # all of them, as a plain sampler's loops do.
+    target = GPT2CausalLM(tiny_gpt2_backbone(max_sequence_length=1024))
+    draft = GPT2CausalLM(tiny_gpt2_backbone(max_sequence_length=1024, num_layers=1))
+    kwargs = dict(num_speculative_tokens=3)
+    if setting == "draft":
+        kwargs["draft_model"] = draft
+    else:
+        kwargs["prompt_lookup_ngram"] = 2
+    lookahead = types.SimpleNamespace(lookahead=4)  # 3 drafts and the token after
+    assert generate_loop.attention_spans(1024, 128, lookahead) == (256, 512, 1028)
+    prompts = [[5] * 40, [3, 9] * 60]
+    plain = target.generate(prompts, max_length=600, stop_token_ids=None)
+    assisted = target.generate(prompts, max_length=600, stop_token_ids=None, **kwargs)
     assert assisted == plain
 
 

@@ -6,7 +6,6 @@ fixed-shape state: the cache is allocated before the loop and updated in
 place, and `index` is a tensor, so the step never recompiles as it advances.
 """
 
-import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -207,11 +206,11 @@ def while_loop(cond, body, loop_state, jit_compile=True):
 # through the tracer. The compiling thread holds the lock while those
 # patches stand. (The eager programs call no compiled step, so they never
 # wait for Dynamo's lock while holding this one.)
-_compiling = set()
+_compiling = []  # an entry per step queued or compiling
 _jobs = queue.SimpleQueue()
 _compiler = []  # the compiling thread, once started
-_starting = threading.Lock()
 _settings = []  # the settings to restore once none is left
+_background = threading.Lock()  # for the three above
 SWITCH_INTERVAL = 1e-3
 _fx_patches = threading.RLock()
 
@@ -302,20 +301,17 @@ def _compile_in_background(body, program, loop_state):
     # step would wait on each other at every product. And the eager step
     # takes the GIL back after each of its many small ops: a shorter
     # switch interval lets it in sooner while the compiling thread runs
-    # Python.
-    if not _compiling:
-        _settings[:] = [(torch.get_num_threads(), sys.getswitchinterval())]
-        torch.set_num_threads(1)
-        sys.setswitchinterval(SWITCH_INTERVAL)
-    # torch's compiler settings are context variables (the compilation
-    # cache's among them): the compiling thread runs in a copy of this
-    # thread's context.
-    future = concurrent.futures.Future()
-    _compiling.add(future)  # before it may start
-    future.add_done_callback(_compiled_in_background)
-    _jobs.put((future, functools.partial(contextvars.copy_context().run, compile)))
-    # A daemon: a process that exits does not wait for a compile.
-    with _starting:
+    # Python. torch's compiler settings are context variables (the
+    # compilation cache's among them): the compiling thread runs in a copy
+    # of this thread's context. It is a daemon: a process that exits does
+    # not wait for a compile.
+    with _background:
+        if not _compiling:
+            _settings[:] = [(torch.get_num_threads(), sys.getswitchinterval())]
+            torch.set_num_threads(1)
+            sys.setswitchinterval(SWITCH_INTERVAL)
+        _compiling.append(body)
+        _jobs.put(functools.partial(contextvars.copy_context().run, compile))
         if not _compiler:
             _compiler.append(
                 threading.Thread(
@@ -327,20 +323,16 @@ def _compile_in_background(body, program, loop_state):
 
 def _compile_jobs():
     while True:
-        future, job = _jobs.get()
-        future.set_running_or_notify_cancel()
+        job = _jobs.get()
         try:
-            future.set_result(job())
-        except BaseException as error:
-            future.set_exception(error)
-
-
-def _compiled_in_background(future):
-    _compiling.discard(future)
-    if not _compiling and _settings:
-        threads, interval = _settings.pop()
-        torch.set_num_threads(threads)
-        sys.setswitchinterval(interval)
+            job()
+        finally:
+            with _background:
+                _compiling.pop()
+                if not _compiling:
+                    threads, interval = _settings.pop()
+                    torch.set_num_threads(threads)
+                    sys.setswitchinterval(interval)
 
 
 def _run(step, body, program, loop_state):

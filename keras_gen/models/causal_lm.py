@@ -427,8 +427,9 @@ class CausalLM(keras.Model):
         `start(inputs, prefill_length, outputs)` seeds the cache and returns
         the loop state; `advance(loop, attention_span)` runs the same
         sampler step up to `loop.until`, attending over the cache's first
-        `attention_span` positions (`None`: all). The loop state is donated where the backend can.
-        Found by structure, like `make_generate_function`.
+        `attention_span` positions (`None`: all). The loop state is donated
+        where the backend can. Found by structure, like
+        `make_generate_function`.
         """
         sampler, processors = self._defaults(sampler, processors)
 

@@ -366,7 +366,8 @@ class Engine:
         self._jobs = []  # admitted and not yet finished
         self._free = list(range(self.num_slots))
         self._closed = False
-        self._warm_up = None  # (wide_outputs, background, future) for the step thread
+        # (wide_outputs, background, future) for the step thread
+        self._warm_up = None
         self._numbers = self._empty_numbers()
         self._host = self._empty_host_arrays()
         self._device = None  # the cache, allocated by the step thread
@@ -575,8 +576,8 @@ class Engine:
 
     @property
     def compiling(self):
-        """Whether a step that `warm_up(background=True)` left compiling is
-        not ready yet (requests meanwhile run it eagerly)."""
+        """Whether a step that `warm_up(background=True)` left compiling (in
+        this process) is not ready yet: requests meanwhile run it eagerly."""
         return backend.background_compiles() > 0
 
     def _compile_all(self, wide_outputs, background):

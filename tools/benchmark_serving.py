@@ -386,6 +386,10 @@ def server(args):
             str(args.max_batch_size),
             "--max-length",
             str(args.max_length),
+            # Timed requests run the compiled step (torch's background
+            # warm-up would serve the first ones eagerly).
+            "--warm-up",
+            "wait",
         ]
         if args.prefill_chunk_tokens:
             command += ["--prefill-chunk-tokens", str(args.prefill_chunk_tokens)]

@@ -138,9 +138,9 @@ def warming_up(background=False):
     key/value cache) must be harmless, as they are on empty state. JAX and
     TensorFlow compile the whole program anyway.
 
-    `background=True` (torch): each step compiles on a thread of its own,
-    run on a copy of its loop state; until it is ready, the program runs
-    the step eagerly (see `background_compiles`). JAX and TensorFlow
+    `background=True` (torch): the steps compile in turn on one thread of
+    their own, each run on a copy of its loop's cache; until none is left,
+    every program runs eagerly (see `background_compiles`). JAX and TensorFlow
     compile whole programs and ignore it."""
     outer = is_warming_up(), warms_up_in_background()
     _warming.active, _warming.background = True, background

@@ -159,11 +159,9 @@ def run(lm, loop, processors, sampler, attention_spans=(), attention_span=None):
     """
     sampler = bind(sampler, processors, loop)
     if attention_span is not None:
-        zero = ops.zeros((), "int32")
-        positions = backend.varying_length(ops.arange(attention_span), axis=0)
-        views = tuple(CacheView(*layer, zero, positions) for layer in loop.state)
+        views = CacheView.first_positions(loop.state, attention_span)
         loop = sampler.run(lm.next, loop._replace(state=views))
-        return loop._replace(state=tuple((v.keys, v.values) for v in loop.state))
+        return loop._replace(state=CacheView.whole(loop.state))
     if not attention_spans:
         return sampler.run(lm.next, loop)
     until = loop.until

@@ -24,6 +24,20 @@ class CacheView(
     are read back: a prompt chunk or a decode step costs the positions it
     attends to, not a copy of its rows."""
 
+    @classmethod
+    def first_positions(cls, state, length):
+        """Each layer's `(keys, values)` of `state` as a view from row 0
+        over its first `length` positions (a length that may change
+        between the calls of a compiled step: `backend.varying_length`)."""
+        zero = ops.zeros((), "int32")
+        positions = backend.varying_length(ops.arange(length), axis=0)
+        return tuple(cls(*layer, zero, positions) for layer in state)
+
+    @staticmethod
+    def whole(views):
+        """The `(keys, values)` of each layer's view: the whole caches."""
+        return tuple((view.keys, view.values) for view in views)
+
 
 @keras.saving.register_keras_serializable(package="keras_gen")
 class CachedAttention(LeanCall, keras.layers.Layer):

@@ -120,9 +120,7 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
     block = block or backend.compiles_each_shape()
     state = cache
     if block:  # the first rows and positions, read in place
-        zero, positions = ops.zeros((), "int32"), ops.arange(cache_length)
-        positions = backend.varying_length(positions, axis=0)
-        state = tuple(CacheView(*layer, zero, positions) for layer in cache)
+        state = CacheView.first_positions(cache, cache_length)
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = LoopState(
         token_ids=slots["token_ids"],
@@ -180,7 +178,7 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
         loop = backend.while_loop(cond, lambda loop: bound.step(lm.next, loop), loop)
     state = loop.state
     if block:
-        state = tuple((view.keys, view.values) for view in state)
+        state = CacheView.whole(state)
     results = {
         **slots,
         "state": state,

@@ -880,7 +880,7 @@ def create_app(
             background = warm_up == "background"
             with Ticker("compiling", closing_line=False):
                 await asyncio.to_thread(engine.warm_up, background=background)
-            log.info("Compiled in %.1f s.", time.perf_counter() - begun)
+            log.info("Ready in %.1f s.", time.perf_counter() - begun)
             if engine.compiling:
                 log.info(
                     "The decode step compiles in the background; requests "

@@ -5,6 +5,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import math
 import secrets
 import threading
 import time
@@ -70,9 +71,14 @@ WIDE_OUTPUTS = ("scores", "logits", "hidden_states")
 
 
 # The time a decode chunk aims at when `chunk_size` is not set, and its
-# most steps.
+# most steps; the chunk is longer (up to `MAX_CHUNK_SECONDS`) where the
+# host's work between two chunks (inputs, delivery) would take more than
+# `HOST_SHARE` of it (GPT-2 small on 2 cores: a 40 ms step, 3-8 ms between
+# chunks).
 CHUNK_SECONDS = 0.05
+MAX_CHUNK_SECONDS = 0.2
 MAX_CHUNK_STEPS = 32
+HOST_SHARE = 0.05
 # The default size of the structured-output tables: every running
 # request's automaton together (a JSON object over the demo's 2,048 tokens
 # takes 1,623 states and 167,331 transitions). Fewer states for large
@@ -217,7 +223,8 @@ class Engine:
             default as many as take about `CHUNK_SECONDS` (measured as it
             runs), so that a new request never waits long for the running
             chunk to end, and fast models do not pay a host round trip per
-            step.
+            step; more (up to `MAX_CHUNK_SECONDS`) where the host's work
+            between two chunks would take over `HOST_SHARE` of a chunk.
         max_queue: int or `None`, requests that may wait for a slot;
             `submit` raises `EngineFull` beyond.
         top_logprobs: int, the most alternatives a request may ask for.
@@ -290,9 +297,10 @@ class Engine:
         )
         self.num_slots = check_count("max_batch_size", max_batch_size)
         self.chunk_size = check_count("chunk_size", chunk_size, allow_none=True)
-        # Measured: a decode step (speculative or not), host work included,
-        # and each prefill program's call.
+        # Measured: a decode step's program (speculative or not), the
+        # host's work around a decode chunk, and each prefill program's call.
         self._step_seconds, self._prefill_seconds = {}, {}
+        self._host_seconds = 0.0
         self.max_queue = (
             None if max_queue is None else check_count("max_queue", max_queue)
         )
@@ -750,8 +758,11 @@ class Engine:
                 self._admit()
                 started = self._prefill()
                 if self._running():
-                    self._decode_chunk(steps=1 if started else None)
+                    began = time.perf_counter()
+                    program_seconds = self._decode_chunk(steps=1 if started else None)
                     self._deliver()
+                    host = time.perf_counter() - began - program_seconds
+                    self._host_seconds = 0.8 * self._host_seconds + 0.2 * host
             except Exception as error:  # every running request learns of it
                 self._fail_all(error)
         self._fail_all(EngineClosed("The engine was closed."), waiting=True)
@@ -1101,11 +1112,22 @@ class Engine:
 
     def _chunk_steps(self, speculative):
         """Steps of the next decode chunk: `chunk_size`, or as many as take
-        about `CHUNK_SECONDS`; a speculative chunk's tokens fit the rings."""
+        about `CHUNK_SECONDS`, or more (up to `MAX_CHUNK_SECONDS`) where the
+        host's work between chunks would take more than `HOST_SHARE` of the
+        chunk's time; a speculative chunk's tokens fit the rings."""
         steps = self.chunk_size
         if steps is None:
             seconds = self._step_seconds.get(speculative)
-            steps = 1 if seconds is None else CHUNK_SECONDS / seconds
+            if seconds is None:
+                steps = 1
+            else:
+                steps = max(
+                    int(CHUNK_SECONDS / seconds),
+                    min(
+                        math.ceil(self._host_seconds / (HOST_SHARE * seconds)),
+                        int(MAX_CHUNK_SECONDS / seconds),
+                    ),
+                )
             steps = int(np.clip(steps, 1, MAX_CHUNK_STEPS))
         if speculative:
             steps = max(1, min(steps, self._ring // self._lookahead))
@@ -1118,8 +1140,9 @@ class Engine:
         `cache_length` positions: by default the smallest row and length
         buckets that hold every running request, writing the wide outputs
         if one of them asks, speculative if one of them speculates. By
-        default `_chunk_steps` steps."""
-        timed, started = rows is None, time.perf_counter()
+        default `_chunk_steps` steps. Returns the seconds the program
+        took."""
+        timed = rows is None
         if rows is None:
             running = self._running()
             occupied = [slot for job in running for slot in job.slots]
@@ -1164,8 +1187,11 @@ class Engine:
             wide,
             speculative,
         )
+        started = time.perf_counter()
         with backend.no_grad():
             slots = self._program("decode", key)(slots, self._table_tensors)
+        backend.wait(slots)
+        seconds = time.perf_counter() - started
         self._device = slots["state"]
         for name in _READ:
             self._host[name][:rows] = ops.convert_to_numpy(slots[name])
@@ -1177,9 +1203,10 @@ class Engine:
                 getattr(self.metrics, name).inc(int(count))
                 self._host[name][:] = 0
         if timed:
-            seconds = (time.perf_counter() - started) / steps
-            previous = self._step_seconds.get(speculative, seconds)
-            self._step_seconds[speculative] = 0.8 * previous + 0.2 * seconds
+            step = seconds / steps
+            previous = self._step_seconds.get(speculative, step)
+            self._step_seconds[speculative] = 0.8 * previous + 0.2 * step
+        return seconds
 
     def _proposes(self, slot):
         """Whether prompt lookup has drafts for `slot` now: the host's

@@ -382,15 +382,23 @@ def wait_until_idle(client, timeout=60):
 
 
 @pytest.fixture
-def slow_delivery(monkeypatch):
-    """Each delivered chunk takes 20 ms: long generations stay long."""
-    deliver = Engine._deliver
+def slow_decoding(monkeypatch):
+    """Each decode program call takes 20 ms more: long generations stay
+    long (the engine counts the time as its steps')."""
+    program = Engine._program
 
-    def slow(self, *args):
-        time.sleep(0.02)
-        return deliver(self, *args)
+    def slow(self, kind, bucket=None):
+        run = program(self, kind, bucket)
+        if kind != "decode":
+            return run
 
-    monkeypatch.setattr(Engine, "_deliver", slow)
+        def call(*args):
+            time.sleep(0.02)
+            return run(*args)
+
+        return call
+
+    monkeypatch.setattr(Engine, "_program", slow)
 
 
 def test_metrics_count_requests_tokens_and_latency(server):
@@ -447,7 +455,7 @@ def test_metrics_count_requests_tokens_and_latency(server):
 
 
 @pytest.mark.slow
-def test_streams_cut_after_two_events_free_their_slots(server, slow_delivery):
+def test_streams_cut_after_two_events_free_their_slots(server, slow_decoding):
     client, lm, _ = server
     wait_until_idle(client)
     cancelled = metric(client, "keras_gen_requests_total", finish_reason="cancelled")
@@ -486,7 +494,7 @@ def test_streams_cut_after_two_events_free_their_slots(server, slow_delivery):
     assert complete(client, "A class", max_tokens=4)["choices"][0]["finish_reason"]
 
 
-def test_a_full_queue_answers_429_and_never_hangs(slow_delivery):
+def test_a_full_queue_answers_429_and_never_hangs(slow_decoding):
     # One slot, one place in the queue, one step per chunk (each delivery
     # takes 20 ms): the long request holds the slot for 5 s.
     app = create_app(
@@ -529,7 +537,7 @@ def test_a_full_queue_answers_429_and_never_hangs(slow_delivery):
 
 
 @pytest.mark.slow
-def test_a_short_request_does_not_wait_for_a_long_one(server, slow_delivery):
+def test_a_short_request_does_not_wait_for_a_long_one(server, slow_decoding):
     client, _, _ = server
     wait_until_idle(client)
     long_body = {

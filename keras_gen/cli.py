@@ -340,8 +340,14 @@ def _add_serve(commands):
         type=_number(int, 1, 32),
         default=None,
         help="let requests speculate by prompt lookup (their "
-        "`prompt_lookup_ngram`), proposing at most this many tokens per step "
-        "(default: no speculation)",
+        "`prompt_lookup_ngram`), or with --draft-model, proposing at most this "
+        "many tokens per step (default: no speculation; 4 with --draft-model)",
+    )
+    serve.add_argument(
+        "--draft-model",
+        default=None,
+        help="a smaller model (folder or preset, with the served model's "
+        "vocabulary) that drafts tokens for every request to verify",
     )
     serve.add_argument(
         "--warm-up",
@@ -821,6 +827,7 @@ def run_serve(args):
 
     processors = _import_processors(args.processors)
     lm = load_model(args.model, args.dtype, args.lora)
+    draft = args.draft_model and load_model(args.draft_model, args.dtype)
     try:
         app = serving.create_app(
             lm,
@@ -836,6 +843,7 @@ def run_serve(args):
             prefill_chunk_tokens=args.prefill_chunk_tokens,
             prefill_pause=args.prefill_pause,
             num_speculative_tokens=args.num_speculative_tokens,
+            draft_model=draft,
         )
     except (TypeError, ValueError) as error:
         raise UsageError(_first_line(error)) from None

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import select
 import socket
 import subprocess
@@ -459,6 +460,9 @@ def test_serve_answers_over_http(model_folder):
             str(port),
             # Warm-up is the Engine's (tests/serving); here, the route.
             "--no-warm-up",
+            # The model as its own draft: its proposals are all kept.
+            "--draft-model",
+            path,
         ],
         env={**os.environ, "PYTHONPATH": ROOT},
         cwd=ROOT,
@@ -487,6 +491,15 @@ def test_serve_answers_over_http(model_folder):
             answer = json.load(response)
         expected = lm.generate(PROMPT, max_new_tokens=5, strip_prompt=True)
         assert answer["choices"][0]["text"] == expected
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+            metrics = response.read().decode()
+        drafted = re.search(
+            r"^keras_gen_speculative_draft_tokens_total (\S+)", metrics, re.M
+        )
+        accepted = re.search(
+            r"^keras_gen_speculative_accepted_tokens_total (\S+)", metrics, re.M
+        )
+        assert float(drafted[1]) == float(accepted[1]) > 0
     finally:
         process.terminate()
         try:

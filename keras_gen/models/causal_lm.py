@@ -39,7 +39,7 @@ PREPROCESSOR_LENGTH = 1024
 PREPROCESSING_OPTIONS = preprocessing.OPTIONS
 
 
-def _speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
+def checked_speculation(draft_model, num_speculative_tokens, prompt_lookup_ngram):
     """A `Speculation`, with the draft model checked."""
     draft = getattr(draft_model, "backbone", draft_model)
     if draft is not None and not isinstance(draft, Backbone):
@@ -184,7 +184,7 @@ class CausalLM(keras.Model):
                 weighted_metrics=weighted_metrics,
                 **kwargs,
             )
-        speculation = _speculation(
+        speculation = checked_speculation(
             draft_model, num_speculative_tokens, prompt_lookup_ngram
         )
         if num_speculative_tokens is not None and not speculation.enabled:
@@ -698,7 +698,7 @@ class CausalLM(keras.Model):
         if seed is None:
             seed = config.seed
         speculation = speculation.override(
-            _speculation(
+            checked_speculation(
                 draft_model, call.num_speculative_tokens, call.prompt_lookup_ngram
             ),
             self.generation_config,

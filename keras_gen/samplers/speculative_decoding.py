@@ -19,6 +19,12 @@ from keras_gen.utils.checks import MAX_SPECULATIVE_TOKENS
 
 # The default of `num_speculative_tokens`.
 SPECULATIVE_TOKENS = 4
+# The random draws of a row's speculative step, each keyed apart: the
+# draft's tokens, the acceptance tests, the redraw at a rejection.
+DRAFT_DRAW = 0
+ACCEPT_DRAW = MAX_SPECULATIVE_TOKENS
+REDRAW = 2 * MAX_SPECULATIVE_TOKENS
+DRAWS_PER_STEP = REDRAW + 1
 # Per-row counts the host reads: `lengths`, how far each row got, and the
 # acceptance counts.
 ROW_COUNTS = ("lengths", "accepted_tokens", "draft_tokens")
@@ -333,11 +339,13 @@ class SpeculativeSampler(Sampler):
         return ops.logical_and(ops.any(running), loop.index < loop.until)
 
     def _seed(self, loop, slot):
-        """`(batch, 2)` keys of draw `slot` of a row's step: keyed by the
-        row's length, which no two of its steps share (so a row draws the
-        same whatever steps or chunks led there), and apart from the keys
-        of plain steps (`rows.step_seeds`: first entry unchanged)."""
-        offset = loop.sampler_state.lengths * (2 * self.lookahead) + slot
+        """`(batch, 2)` keys of draw `slot` of a row's step (`DRAFT_DRAW + j`,
+        `ACCEPT_DRAW + j`, `REDRAW`): keyed by the row's length, which no two
+        of its steps share (so a row draws the same whatever steps or chunks
+        led there, and however many tokens the step proposes past its
+        own), and apart from the keys of plain steps (`rows.step_seeds`:
+        first entry unchanged)."""
+        offset = loop.sampler_state.lengths * DRAWS_PER_STEP + slot
         return loop.seed + ops.stack([ops.ones_like(offset), offset], axis=1)
 
     def _greedy_rows(self):
@@ -363,11 +371,16 @@ class SpeculativeSampler(Sampler):
         return self.process_logits(logits, row_loop) / temperature
 
     def _draw(self, scores, seed):
-        """A token and the `(batch, vocab)` probabilities it was drawn from."""
+        """A token and the `(batch, vocab)` probabilities it was drawn from
+        (the most likely token for greedy rows)."""
+        most_likely = ops.cast(ops.argmax(scores, axis=-1), "int32")
         if self.greedy:
-            return ops.cast(ops.argmax(scores, axis=-1), "int32"), None
+            return most_likely, None
         filtered = self.sampler.filter_logits(scores)
         token = ops.cast(sample_from_logits(filtered, seed), "int32")
+        greedy = self._greedy_rows()
+        if greedy is not False:
+            token = ops.where(greedy, most_likely, token)
         return token, ops.softmax(filtered, axis=-1)
 
     def _propose(self, loop):
@@ -404,12 +417,18 @@ class SpeculativeSampler(Sampler):
         )[:, 0]
         drafts, probabilities = [], []
         states = loop.processor_states
+        # A row that does not run (a serving slot waiting for the rest of
+        # its prefill) drafts the tokens its buffer holds: the draft's cache
+        # rows keep its prompt's values.
+        running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
         for j in range(count):
             position = lengths + j
             scores = self._scores(
                 logits, loop._replace(processor_states=states), token_ids, position
             )
-            token, probs = self._draw(scores, self._seed(loop, j))
+            token, probs = self._draw(scores, self._seed(loop, DRAFT_DRAW + j))
+            held = take_rows(loop.token_ids, position[:, None])[:, 0]
+            token = ops.where(running, token, held)
             states = self.advance_processors(states, token)
             token_ids = backend.update_rows(token_ids, token[:, None], position, 1)
             drafts.append(token)
@@ -465,7 +484,14 @@ class SpeculativeSampler(Sampler):
         probabilities = ops.softmax(ops.stack(filtered, axis=1), axis=-1)
         p = ops.take_along_axis(probabilities[:, :count], drafts[..., None], -1)
         q = ops.take_along_axis(draft_probabilities, drafts[..., None], -1)
-        uniform = backend.uniform(ops.shape(drafts), self._seed(loop, count))
+        batch = ops.shape(drafts)[0]
+        uniform = ops.stack(
+            [
+                backend.uniform((batch,), self._seed(loop, ACCEPT_DRAW + j))
+                for j in range(count)
+            ],
+            axis=1,
+        )
         sampled = leading_count(uniform * q[..., 0] < p[..., 0])
         accepted = ops.where(
             self._greedy_rows(), accepted, ops.minimum(sampled, limits)
@@ -476,9 +502,7 @@ class SpeculativeSampler(Sampler):
         fallback = ops.take_along_axis(probabilities, at, 1)[:, 0]
         empty = ops.sum(chosen, axis=-1, keepdims=True) <= 0
         chosen = ops.where(empty, fallback, chosen)
-        return accepted, sample_from_logits(
-            ops.log(chosen), self._seed(loop, count + 1)
-        )
+        return accepted, sample_from_logits(ops.log(chosen), self._seed(loop, REDRAW))
 
     def step(self, next, loop):
         """Propose, verify in one target call, keep each row's accepted run."""

@@ -31,6 +31,7 @@ from keras_gen.kernels.automaton import words
 from keras_gen.kernels.constraint_tables import FREE
 from keras_gen.kernels.constraint_tables import MAX_KEY
 from keras_gen.kernels.constraint_tables import ConstraintTables
+from keras_gen.models.causal_lm import checked_speculation
 from keras_gen.processors import StructuredOutput
 from keras_gen.samplers.sampler import ROW_STRIDE
 from keras_gen.samplers.speculative_decoding import SPECULATIVE_TOKENS
@@ -209,9 +210,17 @@ class Engine:
     beside rows that do not speculate (one token per step each). While a
     running request speculates the engine runs a speculative decode
     program (one per row and length bucket, compiled at warm-up). Its
-    tokens are those `lm.generate(..., prompt_lookup_ngram=...)` gives:
-    greedy ones those of plain decoding, sampled ones from the same
-    distribution.
+    tokens are those `lm.generate(..., prompt_lookup_ngram=...)` gives
+    with its `num_speculative_tokens`: greedy ones those of plain
+    decoding, sampled ones from the same distribution.
+
+    An engine made with a `draft_model` speculates with it for every
+    request instead: the draft's key/value cache layers sit beside the
+    model's in each slot (prefilled, copied from the prefix cache and
+    stepped with them), each step drafts the engine's
+    `num_speculative_tokens` for every running row, and each request keeps
+    up to its own `num_speculative_tokens`. Its tokens are those of
+    `lm.generate(..., draft_model=...)` with that count.
 
     Args:
         lm: a `keras_gen.models.CausalLM`.
@@ -260,9 +269,15 @@ class Engine:
             prefills; more prefills it sooner, `float("inf")` prefills
             every admitted prompt before the next decode chunk.
         num_speculative_tokens: int or `None`, the most tokens a request's
-            prompt lookup may propose per step (at most 32). `None`, the
-            default, compiles no speculative program, and a request that
-            asks for `prompt_lookup_ngram` is refused.
+            prompt lookup (or the draft model) may propose per step (at
+            most 32). `None`, the default, compiles no speculative program
+            (with a draft model: 4), and a request that asks for
+            `prompt_lookup_ngram` is refused.
+        draft_model: `None`, or a smaller `CausalLM` (or its `Backbone`)
+            with `lm`'s vocabulary and at least `max_length` positions,
+            that drafts for every request (which may not then ask for
+            `prompt_lookup_ngram`). Its cache rows add its share of the
+            key/value cache's memory.
 
     Examples:
     >>> with Engine(lm, max_batch_size=8) as engine:  # doctest: +SKIP
@@ -288,6 +303,7 @@ class Engine:
         prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
         prefill_pause=PREFILL_PAUSE,
         num_speculative_tokens=None,
+        draft_model=None,
     ):
         self.lm = lm
         self.generation_config = (
@@ -318,6 +334,18 @@ class Engine:
             )
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
+        self.draft_model = draft_model
+        speculation = checked_speculation(draft_model, num_speculative_tokens, None)
+        speculation.check(lm.backbone)
+        self._draft = speculation.draft
+        draft_limit = self._draft and self._draft.max_sequence_length
+        if draft_limit is not None and max_length > draft_limit:
+            raise ValueError(
+                f"`max_length`={max_length} is beyond the draft model's "
+                f"{draft_limit} positions."
+            )
+        if self._draft is not None and num_speculative_tokens is None:
+            num_speculative_tokens = SPECULATIVE_TOKENS
         self.num_speculative_tokens = check_int(
             "num_speculative_tokens",
             num_speculative_tokens,
@@ -359,7 +387,8 @@ class Engine:
                 self._sampler,
                 lm.backbone,
                 self.num_speculative_tokens,
-                prompt_lookup_ngram=MAX_NGRAM_SIZE,
+                draft=self._draft,
+                prompt_lookup_ngram=None if self._draft else MAX_NGRAM_SIZE,
             )
         option_lanes = options_lib.build_processors(
             GenerationConfig(**OPTION_LANES), complete=True
@@ -659,7 +688,8 @@ class Engine:
                 capacity=self.constraint_capacity,
             )
         settings["ngram"] = config.prompt_lookup_ngram or 0
-        settings["speculative_tokens"] = settings["ngram"] and min(
+        speculates = self._draft is not None or settings["ngram"]
+        settings["speculative_tokens"] = speculates and min(
             config.num_speculative_tokens or SPECULATIVE_TOKENS,
             self.num_speculative_tokens,
         )
@@ -676,14 +706,17 @@ class Engine:
     def _check_speculation(self, config):
         """Refuse speculation this engine cannot run for `config`."""
         count, ngram = config.num_speculative_tokens, config.prompt_lookup_ngram
-        if count is not None and ngram is None:
+        if self._draft is not None and ngram is not None:
+            raise ValueError(
+                "This engine drafts with its `draft_model`: `prompt_lookup_ngram` "
+                "is for an engine made without one."
+            )
+        if count is not None and ngram is None and self._draft is None:
             raise ValueError(
                 "`num_speculative_tokens` needs `prompt_lookup_ngram` (the "
                 "engine drafts by prompt lookup)."
             )
-        if ngram is None:
-            return
-        if not self.num_speculative_tokens:
+        if ngram is not None and not self.num_speculative_tokens:
             raise ValueError(
                 "This engine does not speculate: make it with "
                 "`Engine(..., num_speculative_tokens=4)` (`keras-gen serve "
@@ -1214,7 +1247,11 @@ class Engine:
         host = self._host
         ngram, length = int(host["ngrams"][slot]), int(host["index"][slot])
         running = not host["done"][slot] and length < host["end"][slot]
-        if not (running and host["limits"][slot]) or length <= ngram:
+        if not (running and host["limits"][slot]):
+            return False
+        if self._draft is not None:  # each of its steps drafts
+            return True
+        if length <= ngram:
             return False
         tokens = host["token_ids"][slot, :length]
         earlier = np.lib.stride_tricks.sliding_window_view(tokens[:-1], ngram)
@@ -1328,10 +1365,10 @@ class Engine:
         lm = self.lm
         donate = (0,)
         if kind == "admit":
-            function = functools.partial(engine_programs.admit, lm.backbone)
+            function = functools.partial(engine_programs.admit, self._backbones)
         elif kind == "extend":  # bucket: (chunk bucket, positions attended)
             function = functools.partial(
-                engine_programs.extend, lm.backbone, cache_length=bucket[1]
+                engine_programs.extend, self._backbones, cache_length=bucket[1]
             )
         elif kind == "read":
             function = functools.partial(
@@ -1351,11 +1388,13 @@ class Engine:
                 (*self._lanes.templates, structured),
                 # A speculative step attends to the positions it verifies.
                 cache_length=bucket[1] + (self._lookahead if speculative else 0),
-                lookup_ngram=MAX_NGRAM_SIZE if self._lookahead else None,
+                lookup_ngram=(
+                    MAX_NGRAM_SIZE if self._lookahead and not self._draft else None
+                ),
             )
         program = backend.compile_function(
             function,
-            lm.variables,
+            [*lm.variables, *(self._draft.variables if self._draft else ())],
             jit_compile=lm.generate_jit_compile,
             donate_argnums=donate,
         )
@@ -1374,27 +1413,36 @@ class Engine:
 
         return call
 
+    @property
+    def _backbones(self):
+        """The models whose layers the cache holds: the target, then the
+        draft model."""
+        return (self.lm.backbone,) + ((self._draft,) if self._draft else ())
+
     def _empty_cache(self):
-        shape, dtype = self._cache_shape, self.lm.backbone.compute_dtype
         return tuple(
             (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
-            for _ in range(self.lm.backbone.num_layers)
+            for backbone in self._backbones
+            for shape, dtype in [self._cache_shape(backbone)] * backbone.num_layers
         )
 
-    @property
-    def _cache_shape(self):
-        """One layer's keys (or values): `(slots, heads, length, head_dim)`,
-        the length past `cache_length` by the speculative lookahead."""
-        backbone = self.lm.backbone
+    def _cache_shape(self, backbone):
+        """One layer's keys (or values) of `backbone`: `(slots, heads,
+        length, head_dim)`, the length past `cache_length` by the
+        speculative lookahead; and their dtype."""
         heads, size = backbone.num_key_value_heads, backbone.head_dim
-        return (self.num_slots, heads, self.cache_length + self._lookahead, size)
+        length = self.cache_length + self._lookahead
+        return (self.num_slots, heads, length, size), backbone.compute_dtype
 
     @property
     def _cache_bytes(self):
         """The bytes of the key/value cache."""
-        backbone = self.lm.backbone
-        itemsize = np.dtype(backbone.compute_dtype).itemsize
-        return 2 * backbone.num_layers * int(np.prod(self._cache_shape)) * itemsize
+        total = 0
+        for backbone in self._backbones:
+            shape, dtype = self._cache_shape(backbone)
+            itemsize = np.dtype(dtype).itemsize
+            total += 2 * backbone.num_layers * int(np.prod(shape)) * itemsize
+        return total
 
     def _empty_numbers(self):
         """Each slot's sampler numbers; free slots draw nothing."""

@@ -1,9 +1,10 @@
 """The compiled programs of `Engine`: admit a prompt, decode a chunk.
 
 The engine keeps one loop state for a fixed number of slots: the key/value
-cache (one row per slot), each slot's token buffer, position and stop ids,
-and each slot's numbers for the sampler and for every processor it may
-run. Two programs run over it:
+cache (one row per slot; the target model's layers, then a draft model's
+when the engine speculates with one), each slot's token buffer, position
+and stop ids, and each slot's numbers for the sampler and for every
+processor it may run. Two programs run over it:
 
 - `admit(loop, slots, token_ids, mask)` seeds the cache rows of `slots`
   with one prompt each, or its first chunk (one program per prompt length
@@ -20,7 +21,8 @@ run. Two programs run over it:
   the first slots and the first positions of the cache (one program per
   row and length bucket); the last processor, the structured output,
   reads the shared automaton `tables`. With a `SpeculativeSampler` a step
-  proposes and verifies tokens, each slot keeping up to its own limit.
+  proposes (by prompt lookup, or with the draft model's cache layers) and
+  verifies tokens, each slot keeping up to its own limit.
 
 Nothing here samples: the sampler and the processors, bound to each slot's
 numbers, do.
@@ -36,12 +38,26 @@ from keras_gen.samplers.speculative_decoding import SpeculativeState
 from keras_gen.samplers.speculative_decoding import lookup_proposes
 
 
-def admit(backbone, loop, slots, token_ids, mask):
+def split(state, backbones):
+    """`state`, every backbone's layers one after another, as one tuple of
+    layers per backbone."""
+    parts, start = [], 0
+    for backbone in backbones:
+        parts.append(state[start : start + backbone.num_layers])
+        start += backbone.num_layers
+    return parts
+
+
+def admit(backbones, loop, slots, token_ids, mask):
     """Seed the cache rows of `slots` from `(len(slots), bucket)` prompts,
-    one per slot (a slot named twice gets the same rows twice)."""
-    _, prompt_state = backbone.build_state(
-        token_ids, mask, cache_length=ops.shape(token_ids)[1]
-    )
+    one per slot (a slot named twice gets the same rows twice), for each
+    of `backbones` (the target, then a draft)."""
+    prompt_state = ()
+    for backbone in backbones:
+        _, layers = backbone.build_state(
+            token_ids, mask, cache_length=ops.shape(token_ids)[1]
+        )
+        prompt_state += tuple(layers)
     zero = ops.zeros((), "int32")
     state = loop["state"]
     for row in range(ops.shape(token_ids)[0]):
@@ -56,14 +72,16 @@ def admit(backbone, loop, slots, token_ids, mask):
     return {**loop, "state": state}
 
 
-def extend(backbone, loop, slot, token_ids, start, cache_length):
+def extend(backbones, loop, slot, token_ids, start, cache_length):
     """Write the keys and values of a `(1, bucket)` prompt chunk into slot
     `slot`'s cache rows from position `start`, each token attending to the
-    slot's first `cache_length` positions before it. The positions that
-    padding fills are written too (harmless: a later chunk or step writes
-    each position before it is read); every one lies inside the first
-    `cache_length`."""
-    state = backbone.extend_row(token_ids, loop["state"], slot, start, cache_length)
+    slot's first `cache_length` positions before it, for each of
+    `backbones`. The positions that padding fills are written too
+    (harmless: a later chunk or step writes each position before it is
+    read); every one lies inside the first `cache_length`."""
+    state = ()
+    for backbone, layers in zip(backbones, split(loop["state"], backbones)):
+        state += backbone.extend_row(token_ids, layers, slot, start, cache_length)
     return {**loop, "state": state}
 
 
@@ -101,7 +119,9 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
     `index`, `end`, `done`, `stop_token_ids`, `seed`, `top_rows`,
     `constraint_state`, `outputs`, the sampler's `parameters` and, per
     processor, `processor_parameters` and `processor_rows`) and the cache
-    `state`; it may cover only the first slots (a row bucket), and every
+    `state` (the target's layers, then the draft model's of a speculative
+    sampler that has one: only its steps touch those); it may cover only
+    the first slots (a row bucket), and every
     running slot ends within the first `cache_length` positions (a length
     bucket): the steps write into the whole cache in place and attend to
     that block of it alone. A speculative sampler also reads each slot's
@@ -121,6 +141,9 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
     state = cache
     if block:  # the first rows and positions, read in place
         state = CacheView.first_positions(cache, cache_length)
+    # The target's layers, then a draft model's (speculative decoding).
+    layers = lm.backbone.num_layers
+    state, draft_state = tuple(state[:layers]), tuple(state[layers:])
     columns = ops.arange(length, dtype="int32")[None, :]
     loop = LoopState(
         token_ids=slots["token_ids"],
@@ -148,7 +171,7 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
                 lengths=slots["index"],
                 accepted_tokens=slots["accepted_tokens"],
                 draft_tokens=slots["draft_tokens"],
-                draft_state=(),
+                draft_state=draft_state,
                 limits=slots["limits"],
                 ngrams=slots["ngrams"],
             ),
@@ -176,7 +199,9 @@ def decode(lm, sampler, processors, slots, tables, cache_length, lookup_ngram=No
             return ops.logical_and(bound.cond(loop), proposes)
 
         loop = backend.while_loop(cond, lambda loop: bound.step(lm.next, loop), loop)
-    state = loop.state
+    if speculative:
+        draft_state = loop.sampler_state.draft_state
+    state = tuple(loop.state) + tuple(draft_state)
     if block:
         state = CacheView.whole(state)
     results = {

@@ -791,6 +791,7 @@ def create_app(
     prefill_chunk_tokens=PREFILL_CHUNK_TOKENS,
     prefill_pause=PREFILL_PAUSE,
     num_speculative_tokens=None,
+    draft_model=None,
 ):
     """A FastAPI app serving `lm` with the OpenAI completions API.
 
@@ -835,8 +836,12 @@ def create_app(
             requests between two decode chunks, in decode chunks (see
             `Engine`).
         num_speculative_tokens: int, the most tokens a request's prompt
-            lookup (its `"prompt_lookup_ngram"`) proposes per step; by
-            default none: such requests get a 400.
+            lookup (its `"prompt_lookup_ngram"`) or the `draft_model`
+            proposes per step; by default none (4 with a draft model):
+            requests with `"prompt_lookup_ngram"` get a 400.
+        draft_model: a smaller `CausalLM` with `lm`'s vocabulary: every
+            request speculates with it (up to its own
+            `"num_speculative_tokens"`; see `Engine`).
 
     Examples:
     >>> app = create_app(CausalLM.from_preset("demo"))  # doctest: +SKIP
@@ -856,6 +861,7 @@ def create_app(
         prefill_chunk_tokens=prefill_chunk_tokens,
         prefill_pause=prefill_pause,
         num_speculative_tokens=num_speculative_tokens,
+        draft_model=draft_model,
     )
     served = types.SimpleNamespace(
         name=model_name,

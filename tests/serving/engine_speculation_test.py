@@ -1,9 +1,11 @@
-"""Speculative decoding (prompt lookup) in the engine's shared step."""
+"""Speculative decoding (prompt lookup and a draft model) in the engine's
+shared step."""
 
 import numpy as np
 import pytest
 
 from keras_gen import GenerationConfig
+from keras_gen.generation import options as options_lib
 from keras_gen.serving import Engine
 from tests.markers import ON_TORCH_ONLY
 from tests.serving.engine_prefill_test import chunked
@@ -21,6 +23,12 @@ TIMEOUT = 300
 @pytest.fixture(scope="module")
 def lm():
     return tiny_text_lm(max_sequence_length=128)
+
+
+@pytest.fixture(scope="module")
+def draft():
+    """Other weights, the same vocabulary: it proposes badly."""
+    return tiny_text_lm(seed=1, max_sequence_length=128)
 
 
 def repeating(length, seed):
@@ -41,6 +49,21 @@ def config(i, **options):
 
 def without_speculation(config):
     return config.replace(prompt_lookup_ngram=None, num_speculative_tokens=None)
+
+
+def with_draft(lm, prompt, config, draft):
+    """`alone`, speculating with `draft` as `generate` does."""
+    _, sampler, processors = options_lib.resolve(
+        GenerationConfig(), config, complete=True
+    )
+    return lm.generate(
+        prompt,
+        config.without("sampling", "processors"),
+        sampler=sampler,
+        processors=processors,
+        draft_model=draft,
+        return_dict=True,
+    )
 
 
 @ON_TORCH_ONLY
@@ -163,3 +186,73 @@ def test_speculation_errors(lm):
             engine.submit([5, 6, 7], num_speculative_tokens=2)
         with pytest.raises(ValueError, match="prompt_lookup_ngram"):
             engine.submit([5, 6, 7], prompt_lookup_ngram=0)
+
+
+@pytest.mark.only_backend("jax", "torch")
+@pytest.mark.parametrize("proposer", ["self", "draft"])
+def test_a_draft_model_in_the_engine_equals_generate(lm, draft, proposer):
+    # Each request proposes up to its own count (1-3 of the engine's 3):
+    # its tokens and log-probs are those of `generate` with the draft (and
+    # greedy ones those of plain decoding), whatever the other rows do.
+    # The model as its own draft has every proposal accepted.
+    draft = lm if proposer == "self" else draft
+    requests = [
+        (repeating(20 + 3 * i, seed=i), config(i, num_speculative_tokens=1 + i % 3))
+        for i in range(6)
+    ]
+    with Engine(
+        lm, max_batch_size=4, max_length=96, num_speculative_tokens=3, draft_model=draft
+    ) as engine:
+        handles = [engine.submit(p, c) for p, c in requests]
+        records = [h.result(timeout=TIMEOUT) for h in handles]
+        drafted = metric(engine, "keras_gen_speculative_draft_tokens_total")
+        accepted = metric(engine, "keras_gen_speculative_accepted_tokens_total")
+    assert drafted > 0
+    assert (accepted == drafted) if proposer == "self" else (accepted < drafted)
+    for record, (p, c) in zip(records, requests):
+        assert_same(record, with_draft(lm, p, c, draft))
+        if not c.do_sample:
+            assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
+
+
+@pytest.mark.only_backend("jax")
+def test_a_draft_models_cache_rows_follow_prefills_and_prefix_hits(lm):
+    # The draft's cache rows are filled with the target's: in prefill
+    # chunks beside speculative steps, and from the prefix cache. The model
+    # as its own draft keeps every proposal only if they hold the prompt.
+    long, short = repeating(60, seed=7), repeating(30, seed=1)
+    with chunked(
+        lm,
+        num_speculative_tokens=3,
+        draft_model=lm,
+        prefill_pause=0.0,
+    ) as engine:
+        engine.warm_up()
+        compiled = engine.compilations
+        first = engine.submit(short, config(0, max_new_tokens=40))
+        next(iter(first))
+        requests = [config(i, num_speculative_tokens=3) for i in (2, 3)]
+        records = [engine.submit(long, c).result(timeout=TIMEOUT) for c in requests]
+        first.result(timeout=TIMEOUT)
+        hits = metric(engine, "keras_gen_prefix_cache_hits_total")
+        drafted = metric(engine, "keras_gen_speculative_draft_tokens_total")
+        accepted = metric(engine, "keras_gen_speculative_accepted_tokens_total")
+        assert engine.compilations == compiled
+    assert hits >= 48  # the second long prompt's whole blocks
+    assert accepted == drafted > 0
+    for record, c in zip(records, requests):
+        assert_same(record, with_draft(lm, long, c, lm))
+
+
+def test_draft_model_errors(lm):
+    with pytest.raises(TypeError, match="draft_model"):
+        Engine(lm, draft_model="small")
+    small = tiny_text_lm(max_sequence_length=64)
+    with pytest.raises(ValueError, match="draft model's 64 positions"):
+        Engine(lm, max_length=128, draft_model=small)
+    with Engine(lm, max_batch_size=2, max_length=64, draft_model=lm) as engine:
+        assert engine.num_speculative_tokens == 4  # the default
+        with pytest.raises(ValueError, match="drafts with its `draft_model`"):
+            engine.submit([5, 6, 7], prompt_lookup_ngram=2)
+        with pytest.raises(ValueError, match="must be <= 4"):
+            engine.submit([5, 6, 7], num_speculative_tokens=5)

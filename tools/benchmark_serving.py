@@ -38,7 +38,11 @@ one server each) and on one that prefills prompts whole), and `ngram` (one
 greedy request of `--max-tokens` at a time, with `prompt_lookup_ngram` and
 without, in alternating rounds, on a 64-token prompt that repeats a phrase
 and on one that does not, then `--max-batch-size` of each at once, both ways, on a
-server started with `--num-speculative-tokens`; its acceptance rate).
+server started with `--num-speculative-tokens`; its acceptance rate), and
+`draft` (no server: one greedy request of `--max-tokens` at a time through
+an `Engine` with a draft model, the model's first `--draft-layers` layers,
+and through one without, in alternating rounds, then `--max-batch-size`
+at once each way; the acceptance rate, and whether the tokens agree).
 
     python tools/benchmark_serving.py --scenario shared-prefix --model gpt2-small \
         --max-length 2048 --prefix 1000 --requests 32
@@ -46,6 +50,8 @@ server started with `--num-speculative-tokens`; its acceptance rate).
         --max-length 2048 --prefix 2000
     python tools/benchmark_serving.py --scenario ngram --model gpt2-small \
         --max-tokens 128
+    python tools/benchmark_serving.py --scenario draft --model gpt2-small-repeats \
+        --draft-layers 2 --max-tokens 128
 
 Reported: requests/s, output tokens/s, time to first token and inter-token
 latency p50/p90/p99 (a chunk of k tokens counts k gaps of its delay / k),
@@ -83,6 +89,7 @@ SCENARIOS = (
     "shared-prefix",
     "long-prompt",
     "ngram",
+    "draft",
 )
 PROMPT_TOKENS = (1, 90)  # token ids every model here has
 
@@ -133,6 +140,12 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--ngram", type=int, default=3, help="ngram: the requests' prompt_lookup_ngram"
+    )
+    parser.add_argument(
+        "--draft-layers",
+        type=int,
+        default=1,
+        help="draft: the draft model is the model's first this many layers",
     )
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument(
@@ -186,7 +199,7 @@ def parse_args(argv=None):
     if len(args.pauses) > 1 and args.scenario != "long-prompt":
         parser.error("--prefill-pause: several values only for long-prompt")
     args.prefill_pause = args.pauses[0]
-    speculates = args.scenario == "ngram" or "lookup" in args.mix
+    speculates = args.scenario in ("ngram", "draft") or "lookup" in args.mix
     if speculates and args.num_speculative_tokens is None:
         args.num_speculative_tokens = 4
     return args
@@ -442,9 +455,14 @@ def server_metric(client, name):
     response = client.get("/metrics")
     if response.status_code != 200:
         return None
+    return metric_value(response.text, name)
+
+
+def metric_value(text, name):
+    """A sample of metrics in Prometheus' text format, or `None`."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    for family in text_string_to_metric_families(response.text):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name:
                 return sample.value
@@ -833,8 +851,106 @@ def scenario_busy(args):
     }
 
 
+def early_exit(lm, layers):
+    """A draft `CausalLM`: `lm`'s first `layers` layers, with its embeddings,
+    final norm and head (its weights shared by copy)."""
+    backbone = lm.backbone
+    draft = type(backbone).from_config(
+        {**backbone.get_config(), "num_layers": layers, "name": "draft"}
+    )
+    ours = {w.path.split("/", 1)[1]: w for w in backbone.weights}
+    for weight in draft.weights:
+        weight.assign(ours[weight.path.split("/", 1)[1]])
+    return type(lm)(draft, tokenizer=lm.tokenizer)
+
+
+def scenario_draft(args):
+    """A draft model (the model's first `--draft-layers` layers) in the
+    `Engine` against the engine without one: one greedy request at a time
+    in alternating rounds, then `--max-batch-size` at once."""
+    os.environ["KERAS_BACKEND"] = args.backend
+    from keras_gen.cli import load_model
+    from keras_gen.serving import Engine
+
+    with tempfile.TemporaryDirectory() as folder:
+        lm = load_model(model_folder(args, folder))
+    draft = early_exit(lm, args.draft_layers)
+    new = span(args.max_tokens)[1]
+    rng = np.random.default_rng(args.seed)
+    prompts = rng.integers(*PROMPT_TOKENS, (args.max_batch_size, 32)).tolist()
+    options = dict(max_new_tokens=new, temperature=0, stop_token_ids=[])
+    engines = {
+        "plain": Engine(
+            lm, max_batch_size=args.max_batch_size, max_length=args.max_length
+        ),
+        "draft": Engine(
+            lm,
+            max_batch_size=args.max_batch_size,
+            max_length=args.max_length,
+            draft_model=draft,
+            num_speculative_tokens=args.num_speculative_tokens,
+        ),
+    }
+
+    def tokens_per_s(engine, count):
+        started = time.perf_counter()
+        handles = [engine.submit(p, **options) for p in prompts[:count]]
+        records = [handle.result() for handle in handles]
+        return sum(len(r.token_ids[0]) for r in records) / (
+            time.perf_counter() - started
+        ), records
+
+    try:
+        for engine in engines.values():
+            engine.warm_up()
+            tokens_per_s(engine, 1)
+        counts = {name: [] for name in engines}
+        speed = {name: [] for name in engines}
+        for _ in range(args.rounds):
+            for name, engine in engines.items():
+                rate, records = tokens_per_s(engine, 1)
+                speed[name].append(rate)
+                counts[name] = records[0].token_ids
+        same = counts["plain"] == counts["draft"]
+        text = engines["draft"].metrics.text()
+        drafted, accepted = (
+            metric_value(text, f"keras_gen_speculative_{name}_tokens_total")
+            for name in ("draft", "accepted")
+        )
+        batch = {
+            name: tokens_per_s(engine, args.max_batch_size)[0]
+            for name, engine in engines.items()
+        }
+    finally:
+        for engine in engines.values():
+            engine.close()
+    return {
+        "lone_tokens_per_s_plain": [round(v, 1) for v in speed["plain"]],
+        "lone_tokens_per_s_draft": [round(v, 1) for v in speed["draft"]],
+        "lone_speedup": ratio(speed["draft"], speed["plain"]),
+        "acceptance": round(accepted / max(drafted, 1), 3),
+        "same_tokens": same,
+        "concurrent_tokens_per_s_plain": round(batch["plain"], 1),
+        "concurrent_tokens_per_s_draft": round(batch["draft"], 1),
+        "concurrent_speedup": round(batch["draft"] / batch["plain"], 2),
+    }
+
+
 def report(args, results):
     print(f"model {args.model}, backend {args.backend}, scenario {args.scenario}")
+    if args.scenario == "draft":
+        print(
+            f"greedy, {span(args.max_tokens)[1]} tokens: one request "
+            f"{results['lone_tokens_per_s_draft']} tok/s with a {args.draft_layers}-"
+            f"layer draft (k={args.num_speculative_tokens}), "
+            f"{results['lone_tokens_per_s_plain']} without: {results['lone_speedup']}x "
+            f"(acceptance {results['acceptance']}, same tokens "
+            f"{results['same_tokens']}); {args.max_batch_size} at once: "
+            f"{results['concurrent_tokens_per_s_draft']} against "
+            f"{results['concurrent_tokens_per_s_plain']} tok/s "
+            f"({results['concurrent_speedup']}x)"
+        )
+        return
     if args.scenario == "lone":
         print(
             f"one greedy request, per token after the first: lm.stream "
@@ -924,8 +1040,12 @@ def report(args, results):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.scenario in ("lone", "busy"):
-        results = {"lone": scenario_lone, "busy": scenario_busy}[args.scenario](args)
+    if args.scenario in ("lone", "busy", "draft"):
+        results = {
+            "lone": scenario_lone,
+            "busy": scenario_busy,
+            "draft": scenario_draft,
+        }[args.scenario](args)
     else:
         import httpx
 

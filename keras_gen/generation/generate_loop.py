@@ -214,10 +214,10 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
     started = time.monotonic()
     start, advance = functions
     # As in `generate`, a chunk attends over the shortest span that holds
-    # the positions it reaches (a step at `index` writes `index - 1`); a
-    # speculative chunk, whose rows advance apart, over the whole cache.
+    # the positions it reaches: a step at `index` writes `index - 1`; a
+    # speculative step (`index` counts them) of a row at length `L` writes
+    # up to `L + lookahead - 1`, and moves it on by at most `lookahead`.
     spans = attention_spans(request.cache_length, request.prefill_length, sampler)
-    spans = () if sampler.lookahead else spans
     try:
         with backend.no_grad():
             loop = start(request.program_inputs, **request.static_arguments)
@@ -226,7 +226,11 @@ def stream_chunks(request, functions, sampler, streamer, max_time, chunk_size):
                 if not advanced:
                     index = int(ops.convert_to_numpy(loop.index))
                     until = min(index + chunk_size, request.cache_length)
-                    span = next((s for s in spans[:-1] if s >= until - 1), None)
+                    reach = until - 1
+                    if sampler.lookahead:
+                        lengths = ops.convert_to_numpy(loop.sampler_state.lengths)
+                        reach = lengths.max() + (until - index) * sampler.lookahead
+                    span = next((s for s in spans[:-1] if s >= reach), None)
                     loop = advance(
                         loop._replace(until=ops.convert_to_tensor(until, "int32")),
                         attention_span=span,

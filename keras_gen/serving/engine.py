@@ -1242,8 +1242,10 @@ class Engine:
         return seconds
 
     def _proposes(self, slot):
-        """Whether prompt lookup has drafts for `slot` now: the host's
-        `lookup_proposes`, which picks the program of the next chunk."""
+        """Whether `slot` drafts in the next chunk (which picks its
+        program): while it runs and speculates, with the draft model every
+        step; by prompt lookup when it has drafts now (the host's
+        `lookup_proposes`)."""
         host = self._host
         ngram, length = int(host["ngrams"][slot]), int(host["index"][slot])
         running = not host["done"][slot] and length < host["end"][slot]

@@ -167,14 +167,16 @@ def test_stream_does_not_recompile_as_it_advances(gpt2_lm, traces):
 
 @pytest.mark.only_backend("jax", "torch")
 @pytest.mark.parametrize(
-    "sampler, rich", [("greedy", True), (samplers.TopKSampler(k=5), False)]
+    "sampler, rich",
+    [("greedy", True), (samplers.TopKSampler(k=5), False), ("lookup", False)],
 )
 def test_a_long_stream_attends_over_growing_spans(
     monkeypatch, sampler, rich, torch_compiled
 ):
     # A cache of 1024: the chunks attend over its first 256 positions, then
     # 512 (a chunk that crosses 256 takes 512), then all of them, as
-    # `generate`'s loops do; the joined stream equals `generate`.
+    # `generate`'s loops do; the joined stream equals `generate`. Speculative
+    # chunks too (their rows advance by up to 4 tokens a step).
     spans, run = set(), generate_loop.run
 
     def spied(*args, attention_span=None, **kwargs):
@@ -183,7 +185,11 @@ def test_a_long_stream_attends_over_growing_spans(
 
     monkeypatch.setattr(generate_loop, "run", spied)
     lm = GPT2CausalLM(tiny_gpt2_backbone(max_sequence_length=1024))
-    lm.compile(sampler=sampler)
+    speculation = {}
+    if sampler == "lookup":
+        sampler = "greedy"
+        speculation = dict(prompt_lookup_ngram=2, num_speculative_tokens=3)
+    lm.compile(sampler=sampler, **speculation)
     prompts = [[5] * 40, [3, 9] * 60]
     kwargs = dict(max_length=600, stop_token_ids=None, seed=3, **(RICH if rich else {}))
     chunks = list(lm.stream(prompts, stream_chunk_size=7, **kwargs))

@@ -84,6 +84,13 @@ def test_the_serving_benchmark_runs_on_a_tiny_model(tmp_path):
         assert not results[kind]["concurrent_lookup"]["errors"]
     assert "prompt lookup" in stdout
 
+    results, stdout = run(
+        tmp_path, "--scenario", "draft", "--rounds", "1", "--max-tokens", "9"
+    )
+    # The draft changes the speed, never the tokens.
+    assert results["same_tokens"] and results["lone_speedup"] > 0
+    assert 0 <= results["acceptance"] <= 1 and "layer draft" in stdout
+
 
 def test_several_prefill_pauses_are_for_the_long_prompt_scenario():
     sys.path.insert(0, str(ROOT / "tools"))

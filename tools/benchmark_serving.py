@@ -142,6 +142,11 @@ def parse_args(argv=None):
         "--ngram", type=int, default=3, help="ngram: the requests' prompt_lookup_ngram"
     )
     parser.add_argument(
+        "--draft-model",
+        help="a model folder or preset the server drafts with for every "
+        "request (not with the lookup mix)",
+    )
+    parser.add_argument(
         "--draft-layers",
         type=int,
         default=1,
@@ -410,6 +415,8 @@ def server(args):
             command += ["--prefill-pause", str(args.prefill_pause)]
         if args.num_speculative_tokens:
             command += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
+        if args.draft_model:
+            command += ["--draft-model", args.draft_model]
         env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         process = subprocess.Popen(
             command,

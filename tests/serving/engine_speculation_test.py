@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from keras_gen import GenerationConfig
-from keras_gen.generation import options as options_lib
 from keras_gen.serving import Engine
 from tests.markers import ON_TORCH_ONLY
 from tests.serving.engine_prefill_test import chunked
@@ -49,21 +48,6 @@ def config(i, **options):
 
 def without_speculation(config):
     return config.replace(prompt_lookup_ngram=None, num_speculative_tokens=None)
-
-
-def with_draft(lm, prompt, config, draft):
-    """`alone`, speculating with `draft` as `generate` does."""
-    _, sampler, processors = options_lib.resolve(
-        GenerationConfig(), config, complete=True
-    )
-    return lm.generate(
-        prompt,
-        config.without("sampling", "processors"),
-        sampler=sampler,
-        processors=processors,
-        draft_model=draft,
-        return_dict=True,
-    )
 
 
 @ON_TORCH_ONLY
@@ -210,7 +194,7 @@ def test_a_draft_model_in_the_engine_equals_generate(lm, draft, proposer):
     assert drafted > 0
     assert (accepted == drafted) if proposer == "self" else (accepted < drafted)
     for record, (p, c) in zip(records, requests):
-        assert_same(record, with_draft(lm, p, c, draft))
+        assert_same(record, alone(lm, p, c, draft_model=draft))
         if not c.do_sample:
             assert record.token_ids == alone(lm, p, without_speculation(c)).token_ids
 
@@ -241,7 +225,7 @@ def test_a_draft_models_cache_rows_follow_prefills_and_prefix_hits(lm):
     assert hits >= 48  # the second long prompt's whole blocks
     assert accepted == drafted > 0
     for record, c in zip(records, requests):
-        assert_same(record, with_draft(lm, long, c, lm))
+        assert_same(record, alone(lm, long, c, draft_model=lm))
 
 
 def test_draft_model_errors(lm):

@@ -65,10 +65,11 @@ def mixed_requests(count, seed=0):
     return requests
 
 
-def alone(lm, prompt, config):
-    """`lm.generate` of the request alone. Its sampler and processors carry
-    every filter and penalty (neutral where not asked for), which changes no
-    token and lets the references share a few programs."""
+def alone(lm, prompt, config, **options):
+    """`lm.generate` of the request alone (with `generate`'s `options`). Its
+    sampler and processors carry every filter and penalty (neutral where
+    not asked for), which changes no token and lets the references share a
+    few programs."""
     _, sampler, processors = options_lib.resolve(
         GenerationConfig(), config, complete=True
     )
@@ -78,6 +79,7 @@ def alone(lm, prompt, config):
         sampler=sampler,
         processors=processors,
         return_dict=True,
+        **options,
     )
 
 

@@ -173,7 +173,10 @@ def test_speculation_errors(lm):
 
 
 @pytest.mark.only_backend("jax", "torch")
-@pytest.mark.parametrize("proposer", ["self", "draft"])
+# The model as its own draft on torch only: a minute of compiles on jax.
+@pytest.mark.parametrize(
+    "proposer", [pytest.param("self", marks=ON_TORCH_ONLY), "draft"]
+)
 def test_a_draft_model_in_the_engine_equals_generate(lm, draft, proposer):
     # Each request proposes up to its own count (1-3 of the engine's 3):
     # its tokens and log-probs are those of `generate` with the draft (and
@@ -204,6 +207,8 @@ def test_a_draft_models_cache_rows_follow_prefills_and_prefix_hits(lm):
     # The draft's cache rows are filled with the target's: in prefill
     # chunks beside speculative steps, and from the prefix cache. The model
     # as its own draft keeps every proposal only if they hold the prompt.
+    # (No warm-up: a draft engine has the programs of any speculating one,
+    # whose no-compile test is above.)
     long, short = repeating(60, seed=7), repeating(30, seed=1)
     with chunked(
         lm,
@@ -211,8 +216,6 @@ def test_a_draft_models_cache_rows_follow_prefills_and_prefix_hits(lm):
         draft_model=lm,
         prefill_pause=0.0,
     ) as engine:
-        engine.warm_up()
-        compiled = engine.compilations
         first = engine.submit(short, config(0, max_new_tokens=40))
         next(iter(first))
         requests = [config(i, num_speculative_tokens=3) for i in (2, 3)]
@@ -221,7 +224,6 @@ def test_a_draft_models_cache_rows_follow_prefills_and_prefix_hits(lm):
         hits = metric(engine, "keras_gen_prefix_cache_hits_total")
         drafted = metric(engine, "keras_gen_speculative_draft_tokens_total")
         accepted = metric(engine, "keras_gen_speculative_accepted_tokens_total")
-        assert engine.compilations == compiled
     assert hits >= 48  # the second long prompt's whole blocks
     assert accepted == drafted > 0
     for record, c in zip(records, requests):

@@ -911,14 +911,14 @@ def scenario_draft(args):
         for engine in engines.values():
             engine.warm_up()
             tokens_per_s(engine, 1)
-        counts = {name: [] for name in engines}
+        tokens = {}
         speed = {name: [] for name in engines}
         for _ in range(args.rounds):
             for name, engine in engines.items():
                 rate, records = tokens_per_s(engine, 1)
                 speed[name].append(rate)
-                counts[name] = records[0].token_ids
-        same = counts["plain"] == counts["draft"]
+                tokens[name] = records[0].token_ids
+        same = tokens["plain"] == tokens["draft"]
         text = engines["draft"].metrics.text()
         drafted, accepted = (
             metric_value(text, f"keras_gen_speculative_{name}_tokens_total")

@@ -14,6 +14,7 @@ from keras import ops
 from keras_gen import backend
 from keras_gen.generation.generation_config import MAX_TOP_LOGPROBS
 from keras_gen.layers.cached_attention import CacheView
+from keras_gen.samplers.speculative_decoding import running_rows
 
 # `generate` decodes positions below 256 against a cache of 256, then of
 # 512, ... (see `attention_spans`).
@@ -186,8 +187,7 @@ def _fits(sampler, loop, span):
     """Whether a speculative step's positions fit in a cache of `span`: a
     row at length `L` writes and attends from `L - 1` to `L + lookahead - 1`."""
     lengths = loop.sampler_state.lengths
-    running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
-    furthest = ops.max(ops.where(running, lengths, 0))
+    furthest = ops.max(ops.where(running_rows(loop), lengths, 0))
     return furthest + sampler.lookahead <= span
 
 

@@ -52,6 +52,12 @@ class SpeculativeState(
     serving engine's slots each their request's."""
 
 
+def running_rows(loop):
+    """`(batch,)` bool: the rows of a speculative loop still generating."""
+    lengths = loop.sampler_state.lengths
+    return ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+
+
 def take_rows(x, positions):
     """`x[b, positions[b, i]]`: per-row reads of a `(batch, length)` tensor."""
     return ops.take_along_axis(x, ops.cast(positions, "int32"), axis=1)
@@ -333,10 +339,7 @@ class SpeculativeSampler(Sampler):
         return {name: counts[name] for name in ROW_COUNTS}
 
     def cond(self, loop):
-        running = ops.logical_and(
-            ops.logical_not(loop.done), loop.sampler_state.lengths < loop.end
-        )
-        return ops.logical_and(ops.any(running), loop.index < loop.until)
+        return ops.logical_and(ops.any(running_rows(loop)), loop.index < loop.until)
 
     def _seed(self, loop, slot):
         """`(batch, 2)` keys of draw `slot` of a row's step (`DRAFT_DRAW + j`,
@@ -420,7 +423,7 @@ class SpeculativeSampler(Sampler):
         # A row that does not run (a serving slot waiting for the rest of
         # its prefill) drafts the tokens its buffer holds: the draft's cache
         # rows keep its prompt's values.
-        running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+        running = running_rows(loop)
         for j in range(count):
             position = lengths + j
             scores = self._scores(
@@ -511,7 +514,7 @@ class SpeculativeSampler(Sampler):
             loop
         )
         lengths = loop.sampler_state.lengths
-        running = ops.logical_and(ops.logical_not(loop.done), lengths < loop.end)
+        running = running_rows(loop)
         offsets = ops.arange(count + 1, dtype="int32")[None, :]
         # A row that does not run verifies, and keeps, the tokens its buffer
         # holds: the serving engine's slots that wait for the rest of their

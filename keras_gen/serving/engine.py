@@ -334,7 +334,6 @@ class Engine:
             )
         self.max_length = max_length
         self.cache_length = prompts_lib.bucket(max_length, MIN_CACHE_LENGTH, limit)
-        self.draft_model = draft_model
         speculation = checked_speculation(draft_model, num_speculative_tokens, None)
         speculation.check(lm.backbone)
         self._draft = speculation.draft
@@ -689,9 +688,13 @@ class Engine:
             )
         settings["ngram"] = config.prompt_lookup_ngram or 0
         speculates = self._draft is not None or settings["ngram"]
-        settings["speculative_tokens"] = speculates and min(
-            config.num_speculative_tokens or SPECULATIVE_TOKENS,
-            self.num_speculative_tokens,
+        settings["speculative_tokens"] = (
+            min(
+                config.num_speculative_tokens or SPECULATIVE_TOKENS,
+                self.num_speculative_tokens,
+            )
+            if speculates
+            else 0
         )
         return _Job(
             reader,
@@ -1422,11 +1425,12 @@ class Engine:
         return (self.lm.backbone,) + ((self._draft,) if self._draft else ())
 
     def _empty_cache(self):
-        return tuple(
-            (ops.zeros(shape, dtype), ops.zeros(shape, dtype))
-            for backbone in self._backbones
-            for shape, dtype in [self._cache_shape(backbone)] * backbone.num_layers
-        )
+        layers = []
+        for backbone in self._backbones:
+            shape, dtype = self._cache_shape(backbone)
+            for _ in range(backbone.num_layers):
+                layers.append((ops.zeros(shape, dtype), ops.zeros(shape, dtype)))
+        return tuple(layers)
 
     def _cache_shape(self, backbone):
         """One layer's keys (or values) of `backbone`: `(slots, heads,

@@ -4,8 +4,9 @@ Starts `keras-gen serve` on a free loopback port (or takes `--url` of any
 OpenAI-compatible server, so that the same workload can be pointed at
 another engine), sends `--requests` streamed completions with Poisson
 arrivals at `--rate` requests/s (`inf`: all at once), bounded in count and
-in time, then sends the same workload one request at a time for the
-batching gain. Prompts are random token ids of seeded lengths; `max_tokens`
+in time, then sends the same workload one request at a time (with
+`cache_prompt: false`: its prompts are not found in the prefix cache, as
+the concurrent run's were not) for the batching gain. Prompts are random token ids of seeded lengths; `max_tokens`
 is seeded too and `ignore_eos` makes every request run to its length.
 Settings come from `--mix`: `greedy`, `sample` (seeded, temperature 0.5 to
 1.2), `top_k`, `top_p` (sampled with those filters), `penalties` (sampled
@@ -514,8 +515,11 @@ def scenario_load(client, process, args):
         "concurrent": run_load(client, bodies, offsets, concurrency, args.max_seconds)
     }
     if not args.no_baseline and args.scenario == "load":
+        # The same requests, one at a time, with the same cold prefix
+        # cache as the concurrent run had: no prompt is found there.
+        uncached = [{**body, "cache_prompt": False} for body in bodies]
         results["sequential"] = run_load(
-            client, bodies, np.zeros(len(bodies)), 1, args.max_seconds
+            client, uncached, np.zeros(len(bodies)), 1, args.max_seconds
         )
         results["batching_gain"] = round(
             results["sequential"]["duration_s"] / results["concurrent"]["duration_s"], 2

@@ -115,6 +115,27 @@ class EngineClosed(RuntimeError):
     """The engine was closed before the request could finish."""
 
 
+class _PrefillBudget:
+    """How long prefill may run before the next decode chunk: `chunk`
+    seconds (about a decode chunk's time), stretched while the rows waiting
+    for their prompts outnumber the rows that chunk would serve (the
+    running ones and those prefilled since): a burst of requests gets its
+    first tokens sooner, a lone long prompt pauses decoding no longer."""
+
+    def __init__(self, chunk, running=1, waiting=0):
+        self.chunk, self.running, self.waiting = chunk, running, waiting
+        self.spent = 0.0
+
+    def left(self):
+        return self.chunk * max(1.0, self.waiting / self.running) - self.spent
+
+    def spend(self, seconds, rows=0):
+        """Count `seconds` of prefill that finished `rows` prompts."""
+        self.spent += seconds
+        self.waiting -= rows
+        self.running += rows
+
+
 class _Job:
     """A submitted request: its reader, handle, rows and timings."""
 
@@ -264,10 +285,11 @@ class Engine:
             default `PREFILL_CHUNK_TOKENS`.
         prefill_pause: float, while requests decode, how long the prefill
             chunks between two decode chunks may take, in decode chunks
-            (at least one chunk runs): the default 1 at most about doubles
-            the running requests' gaps between tokens while a long prompt
-            prefills; more prefills it sooner, `float("inf")` prefills
-            every admitted prompt before the next decode chunk.
+            (at least one chunk runs), times the waiting rows per running
+            row where more wait than run: the default 1 at most about
+            doubles the running requests' gaps between tokens while a
+            long prompt prefills; more prefills it sooner, `float("inf")`
+            prefills every admitted prompt before the next decode chunk.
         num_speculative_tokens: int or `None`, the most tokens a request's
             prompt lookup (or the draft model) may propose per step (at
             most 32). `None`, the default, compiles no speculative program
@@ -579,8 +601,12 @@ class Engine:
         """The cache lengths a decode program attends over: the longest
         running request decides which runs. From
         `backend.shortest_cache_bucket()`; on torch one compiled step serves
-        them all (see `engine_programs.decode`)."""
-        return _buckets(backend.shortest_cache_bucket(), self.cache_length)
+        them all (see `engine_programs.decode`). None spans half the cache
+        or more: reading a span out of the cache copies it (XLA), which
+        costs more than attending to the whole cache (measured: 16 rows
+        of GPT-2 small at 128 of 256 positions, 10% more op time a step)."""
+        buckets = _buckets(backend.shortest_cache_bucket(), self.cache_length)
+        return [b for b in buckets if 2 * b < self.cache_length] + buckets[-1:]
 
     def warm_up(self, wide_outputs=False, background=False):
         """Compile every program now (the admit program of each prompt
@@ -871,14 +897,18 @@ class Engine:
         `prefill_chunk_tokens` positions; whether a request's prompt was
         completed (it then runs). While requests decode, the chunks between
         two decode chunks take about `prefill_pause` decode chunks' time
-        (by their measured times; at least one chunk); otherwise every
-        admitted prompt is prefilled."""
-        seconds = np.inf
-        if self._running() and self.prefill_pause < np.inf:
+        (by their measured times; at least one chunk; longer for a burst,
+        see `_PrefillBudget`); otherwise every admitted prompt is
+        prefilled."""
+        running, budget = self._running(), _PrefillBudget(np.inf)
+        if running and self.prefill_pause < np.inf:
             step = self._step_seconds.get(False, self._step_seconds.get(True, 0.0))
-            seconds = self.prefill_pause * step * self._chunk_steps(False)
-        seconds, grouped = self._admit_short(seconds)
-        started, first = False, not grouped
+            budget = _PrefillBudget(
+                self.prefill_pause * step * self._chunk_steps(False),
+                running=sum(job.rows for job in running),
+                waiting=sum(1 for _ in self._unfilled_rows()),
+            )
+        started, first = False, not self._admit_short(budget)
         for job in [job for job in self._jobs if job.prefilling]:
             if job.handle.cancelled:
                 self._release(job)
@@ -890,11 +920,14 @@ class Engine:
                 group = self._block_group * self.prefix_cache.block_tokens
                 while job.filled[row] < len(prompt):
                     start = job.filled[row]
-                    count = self._chunk_tokens(start, len(prompt) - start, seconds)
+                    count = self._chunk_tokens(
+                        start, len(prompt) - start, budget.left()
+                    )
                     if not count and not first:
                         break
                     count = count or min(len(prompt) - start, self.prompt_buckets[0])
-                    seconds -= self._prefill_chunk(slot, start, count)
+                    seconds = self._prefill_chunk(slot, start, count)
+                    budget.spend(seconds, rows=int(start + count == len(prompt)))
                     job.filled[row], first = start + count, False
                     # Each group of blocks is kept as soon as it is whole:
                     # a long prompt's copies spread over its chunks.
@@ -913,10 +946,10 @@ class Engine:
             job.prefilling, started = False, True
         return started
 
-    def _admit_short(self, seconds):
+    def _admit_short(self, budget):
         """Prefill the short prompts that wait first in line, `ADMIT_ROWS`
-        to a call, while two or more wait and a call fits in `seconds` (the
-        first always runs); the seconds left and whether a call ran."""
+        to a call, while two or more wait and a call fits in the
+        `_PrefillBudget` (the first always runs); whether a call ran."""
         rows, ran = [], False
         for job, row, slot, prompt in self._unfilled_rows():
             if job.filled[row] or len(prompt) > self._short_buckets[-1]:
@@ -928,15 +961,16 @@ class Engine:
             longest = max(map(len, prompts))
             bucket = next(b for b in self._short_buckets if b >= longest)
             key = ("admit", (ADMIT_ROWS, bucket))
-            if ran and (self._prefill_seconds.get(key) or 0.0) > seconds:
+            if ran and (self._prefill_seconds.get(key) or 0.0) > budget.left():
                 break
             slots = [slot for *_, slot in group]
-            seconds -= self._admit_rows(key, slots, list(map(len, prompts)))
+            seconds = self._admit_rows(key, slots, list(map(len, prompts)))
+            budget.spend(seconds, rows=len(group))
             ran = True
             for (job, row, slot), prompt in zip(group, prompts):
                 job.filled[row] = len(prompt)
                 self._remember(job, slot, prompt)
-        return seconds, ran
+        return ran
 
     def _unfilled_rows(self):
         """`(job, row, slot, prompt)` of each prompt still to prefill, oldest

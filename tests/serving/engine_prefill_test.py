@@ -1,6 +1,8 @@
 """The engine's prompts: prefilled in chunks, and begun from cached
 prefixes, with the tokens of a prompt computed whole."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -260,6 +262,52 @@ def test_prefill_between_decode_chunks_takes_about_a_decode_chunks_time(lm):
         first.result(timeout=TIMEOUT)
     start = calls.index("prefill")
     assert calls[start : start + 5] == ["prefill"] * 4 + ["decode"]
+
+
+@pytest.mark.only_backend("torch")
+def test_a_burst_of_prompts_prefills_longer_between_decode_chunks(lm):
+    """While the rows waiting for their prompts outnumber the rows a decode
+    chunk serves, prefill runs longer than a decode chunk's time: a burst
+    of requests gets its first tokens sooner."""
+    with Engine(
+        lm, max_batch_size=8, max_length=128, chunk_size=1, prefill_chunk_tokens=16
+    ) as engine:
+        engine.warm_up()
+        # Each prefill chunk takes 1 s, a decode step 3 s: one 40-token
+        # prompt (3 chunks) fits in a decode chunk's time.
+        engine._prefill_seconds = Fixed(dict.fromkeys(engine._prefill_seconds, 1.0))
+        engine._step_seconds = Fixed({False: 3.0})
+        prefill_chunk, decode_chunk = engine._prefill_chunk, engine._decode_chunk
+
+        def prefill_chunk_of_a_second(*args):
+            prefill_chunk(*args)
+            return 1.0
+
+        def slow_decode_chunk(**options):  # the first runs until the burst is in
+            time.sleep(0.05)
+            return decode_chunk(**options)
+
+        engine._prefill_chunk = prefill_chunk_of_a_second
+        engine._decode_chunk = slow_decode_chunk
+        first = engine.submit(prompt(5, seed=1), config(0, max_new_tokens=100))
+        next(iter(first))
+        calls = log_calls(engine)
+        with engine._condition:  # the 7 arrive together
+            burst = [
+                engine.submit(prompt(40, seed=10 + i), config(i, max_new_tokens=2))
+                for i in range(7)
+            ]
+        records = [handle.result(timeout=TIMEOUT) for handle in burst]
+        first.result(timeout=TIMEOUT)
+    # 1 running row, 7 waiting: 2 prompts before the first decode chunk
+    # (7 / 1 decode chunks' time, then 6 / 2 once the first is done: 6
+    # chunks), then 5 waiting for 3 rows: one more prompt.
+    assert calls[:7] == ["prefill"] * 6 + ["decode"]
+    assert calls[7:11] == ["prefill"] * 3 + ["decode"]
+    for record, i in zip(records, range(7)):
+        assert_same(
+            record, alone(lm, prompt(40, seed=10 + i), config(i, max_new_tokens=2))
+        )
 
 
 def test_bad_settings_are_refused(lm):

@@ -201,12 +201,13 @@ def test_no_compile_after_warm_up(lm, torch_compiled):
 
 
 @pytest.mark.only_backend("torch")
-def test_one_compiled_step_serves_every_length_bucket(lm, torch_compiled):
+def test_one_compiled_step_serves_every_length_bucket(torch_compiled):
     # torch compiles one decode step for every length bucket (the cache is
     # read through a view whose length is symbolic): a short request
-    # attends over 64 positions, a long one over 128 once it passes 64.
-    with Engine(lm, max_batch_size=2, max_length=128, chunk_size=4) as engine:
-        assert engine.length_buckets == [64, 128] and engine.row_buckets == [2]
+    # attends over 64 positions, a long one over 256 once it passes 64.
+    lm = tiny_text_lm(max_sequence_length=256)
+    with Engine(lm, max_batch_size=2, max_length=256, chunk_size=4) as engine:
+        assert engine.length_buckets == [64, 256] and engine.row_buckets == [2]
         engine.warm_up()
         assert engine.compilations == 1
         common = dict(output_log_probs=True, top_logprobs=2, stop_token_ids=[])

@@ -442,44 +442,73 @@ def update_block(x, update, starts, donate=False):
     return target
 
 
-# How MKL multiplies a few rows by `(out, in)` weights fastest depends on
-# the CPU: as `x @ w.T` (`linear`) on an Intel Xeon (GPT-2's 50257 x 768
-# table, 2 rows, 2 cores: 9.7 ms against 19.6 as `(w @ x.T).T`), as
-# `(w @ x.T).T` on an AMD EPYC (0.26 against 1.14 ms per 768 x 3072 kernel).
-# Beyond 3 rows `(w @ x.T).T` wins on both (8 rows of that table on the Xeon:
-# 20.0 against 30.7 ms). `_choose_forms` times both on the model's own
-# kernels before its first step compiles, once per process.
-_FEW_ROWS = {"linear": True}
+# How a product of some rows by `(out, in)` weights runs fastest depends on
+# the CPU and the number of rows. On an Intel Xeon MKL's `x @ w.T`
+# (`linear`) won for up to 3 rows (GPT-2's 50257 x 768 table, 2 rows, 2
+# cores: 9.7 ms against 19.6 as `(w @ x.T).T`), `(w @ x.T).T` (`product`)
+# beyond. On an AMD EPYC MKL's `product` wins at 2 to 4 rows (GPT-2 small's
+# kernels and table, 2 rows: 17.4 ms against 65.6 as `linear`), while for
+# one row and for 5 rows or more oneDNN's product (`onednn`) does (1 row:
+# 20.9 against 35.4; 8 rows: 30.8 against 49.2; 512 rows: 676 against 731).
+# `_choose_forms` times each form on the model's own kernels before its
+# first step compiles, once per process, for each class of row counts
+# (1, 2-3, 4-7 and 8 or more rows, timed at its smallest).
+_ROW_CLASSES = (1, 2, 4, 8)
+_FORMS = {1: "linear", 2: "linear", 4: "product", 8: "product"}
 
 # Kernels that fit in a CPU's caches say nothing about reading them from
-# memory: smaller models keep the default form.
+# memory: smaller models keep the default forms.
 _TIMED_BYTES = 64 << 20
 
 
+@torch.library.custom_op("keras_gen::onednn_linear", mutates_args=())
+def _onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """`x @ w.T` by oneDNN's inner product, on the weights as they lie
+    (Inductor calls it as it is; it has no gradient)."""
+    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+@_onednn_linear.register_fake
+def _(x, w):
+    return x.new_empty((x.shape[0], w.shape[0]))
+
+
+def _product(form, rows, y):
+    if form == "linear":
+        return torch.nn.functional.linear(rows, y)
+    if form == "onednn":
+        return _onednn_linear(rows, y)
+    # Made row-major: inductor lays a transposed product out as it likes,
+    # and a `torch.cond` branch that reads it (lifted from its closure)
+    # asserted another layout (4 rows and more).
+    return (y @ rows.t()).t().contiguous()
+
+
 def _choose_forms(variables):
-    if "timed" in _FEW_ROWS:
+    if "timed" in _FORMS:
         return
+    _FORMS["timed"] = True
     kernels = [v.value.data.t() for v in _kernels(variables)]
     if sum(k.numel() * k.element_size() for k in kernels) < _TIMED_BYTES:
         return
-    rows = torch.ones((2, kernels[0].shape[1]), dtype=kernels[0].dtype)
-    forms = {
-        "linear": lambda w: torch.nn.functional.linear(rows, w),
-        "product": lambda w: (w @ rows.t()).t(),
-    }
-    fastest = {}
+    forms = ["linear", "product"]
+    if torch.backends.mkldnn.is_available():
+        forms.append("onednn")
+    width = kernels[0].shape[1]
+    kernels = [kernel for kernel in kernels if kernel.shape[1] == width]
     with torch.no_grad():
-        for name, form in forms.items():
-            times = []
-            for _ in range(3):
-                start = time.perf_counter()
-                for kernel in kernels:
-                    if kernel.shape[1] == rows.shape[1]:
-                        form(kernel)
-                times.append(time.perf_counter() - start)
-            fastest[name] = min(times)
-    _FEW_ROWS["linear"] = fastest["linear"] <= fastest["product"]
-    _FEW_ROWS["timed"] = True
+        for count in _ROW_CLASSES:
+            rows = torch.ones((count, width), dtype=kernels[0].dtype)
+            times = {}
+            for form in forms:
+                runs = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    for kernel in kernels:
+                        _product(form, rows, kernel)
+                    runs.append(time.perf_counter() - start)
+                times[form] = min(runs)
+            _FORMS[count] = min(times, key=times.get)
 
 
 def matmul(x, kernel):
@@ -490,13 +519,11 @@ def matmul(x, kernel):
 
 def matmul_transposed(x, y):
     rows = x.reshape(-1, x.shape[-1])
-    if rows.shape[0] <= 3 and _FEW_ROWS["linear"]:
-        product = torch.nn.functional.linear(rows, y)
-    else:
-        # Made row-major: inductor lays a transposed product out as it
-        # likes, and a `torch.cond` branch that reads it (lifted from its
-        # closure) asserted another layout (4 rows and more).
-        product = (y @ rows.t()).t().contiguous()
+    count = max(c for c in _ROW_CLASSES if c <= max(rows.shape[0], 1))
+    form = _FORMS[count]
+    if form == "onednn" and (torch.is_grad_enabled() or rows.dtype != y.dtype):
+        form = "product"  # oneDNN's op here has no gradient
+    product = _product(form, rows, y)
     return product.reshape(*x.shape[:-1], y.shape[0])
 
 

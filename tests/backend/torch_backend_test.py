@@ -97,37 +97,56 @@ def test_kernels_are_laid_out_output_major_with_their_values_and_parameters():
 
 
 @pytest.mark.only_backend("torch")
-def test_the_few_row_product_form_is_timed_once_and_both_forms_agree(monkeypatch):
+def test_the_product_forms_are_timed_once_per_row_class_and_agree(monkeypatch):
     import numpy as np
 
     from keras_gen.backend import torch_backend
 
     # Time even this tiny model's kernels, in a fresh process-wide choice.
     monkeypatch.setattr(torch_backend, "_TIMED_BYTES", 0)
-    monkeypatch.setattr(torch_backend, "_FEW_ROWS", {"linear": True})
+    monkeypatch.setattr(torch_backend, "_FORMS", {})
     lm = GPT2CausalLM(tiny_gpt2_backbone())
     kwargs = dict(max_new_tokens=6, return_dict=True, output_log_probs=True)
-    chosen = lm.generate(PROMPTS[:2], **kwargs)
-    assert torch_backend._FEW_ROWS["timed"]
-    for linear in (True, False):
-        torch_backend._FEW_ROWS["linear"] = linear
+    # One row, two, and eight (prefill: more).
+    batches = [PROMPTS[:1], PROMPTS[:2], (PROMPTS * 3)[:8]]
+    chosen = [lm.generate(batch, **kwargs) for batch in batches]
+    assert torch_backend._FORMS.pop("timed")
+    assert set(torch_backend._FORMS) == set(torch_backend._ROW_CLASSES)
+    assert set(torch_backend._FORMS.values()) <= {"linear", "product", "onednn"}
+    for form in ("linear", "product", "onednn"):
+        torch_backend._FORMS.update(dict.fromkeys(torch_backend._ROW_CLASSES, form))
         lm.compile()
-        other = lm.generate(PROMPTS[:2], **kwargs)
-        assert other.token_ids == chosen.token_ids
-        for a, b in zip(other.log_probs, chosen.log_probs):
-            np.testing.assert_allclose(a, b, atol=1e-5)
+        for batch, expected in zip(batches, chosen):
+            other = lm.generate(batch, **kwargs)
+            assert other.token_ids == expected.token_ids, form
+            for a, b in zip(other.log_probs, expected.log_probs):
+                np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.only_backend("torch")
+def test_the_onednn_form_is_not_used_where_gradients_flow(monkeypatch):
+    import torch
+
+    from keras_gen.backend import torch_backend
+
+    monkeypatch.setattr(torch_backend, "_FORMS", {**torch_backend._FORMS, 8: "onednn"})
+    x = torch.randn(8, 4, requires_grad=True)
+    w = torch.randn(3, 4)
+    torch_backend.matmul_transposed(x, w).sum().backward()
+    torch.testing.assert_close(x.grad, w.sum(0).expand(8, 4))
 
 
 @pytest.mark.slow
 @pytest.mark.only_backend("torch")
-@pytest.mark.parametrize("linear", [True, False])
-def test_the_compiled_step_reads_logits_of_either_product_form(monkeypatch, linear):
+@pytest.mark.parametrize("form", ["linear", "product", "onednn"])
+def test_the_compiled_step_reads_logits_of_every_product_form(monkeypatch, form):
     # The `(w @ x.T).T` form leaves the logits transposed in Inductor's
     # program, and the sampler's `torch.cond` branches were compiled for
     # row-major ones (the step failed on its input's strides).
     from keras_gen.backend import torch_backend
 
-    monkeypatch.setattr(torch_backend, "_FEW_ROWS", {"linear": linear, "timed": True})
+    forms = dict.fromkeys(torch_backend._ROW_CLASSES, form)
+    monkeypatch.setattr(torch_backend, "_FORMS", {**forms, "timed": True})
     lm = GPT2CausalLM(tiny_gpt2_backbone(vocabulary_size=1000))
     # Greedy, and sampled through processors (a cond inside a cond reads
     # a broadcast operand).

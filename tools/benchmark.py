@@ -13,11 +13,15 @@ so that a machine that slows down during the run slows every system alike.
 
     KERAS_BACKEND=jax python tools/benchmark.py
     python tools/benchmark.py --systems keras-gen,ctranslate2,llama.cpp,llama.cpp-q8_0
-    python tools/benchmark.py --batch 1 --prompt-length 512 --max-length 1024 \
-        --systems keras-gen,llama.cpp     # prefill: time to first token
+    python tools/benchmark.py --batch 1,2,8 --systems keras-gen,ctranslate2
+    python tools/benchmark.py --long      # batch 1, prompt 512 -> 1024: long contexts
     python tools/benchmark.py --backend torch --stream --json results.json
     python tools/benchmark.py --systems keras-gen,keras-gen-torch  # two backends
     python tools/benchmark.py --tiny --repeats 1      # a smoke test
+
+With several batch sizes (`--batch 1,2,8`) every worker generates with each
+in turn in one process (a round times each batch size of each system), and
+each batch size gets its own table.
 
 Reported per system: first call (compile + run), time to first token,
 steady milliseconds per decode step and new tokens per second (median of
@@ -57,6 +61,7 @@ TINY = dict(
     max_sequence_length=128,
 )
 SYSTEMS = ("keras-gen", "keras-hub", "transformers")
+LONG_SYSTEMS = ("keras-gen", "ctranslate2", "llama.cpp")
 # Every system `--systems` may name; keras-gen's quantized runs come with
 # `--quantize`.
 # keras-gen on a backend other than `--backend`, side by side with it.
@@ -96,16 +101,30 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--systems",
-        default=",".join(SYSTEMS),
-        help=f"comma-separated, from {','.join(PEERS)}",
+        help=f"comma-separated, from {','.join(PEERS)} "
+        f"(default: {','.join(SYSTEMS)}; with --long, {','.join(LONG_SYSTEMS)})",
     )
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--prompt-length", type=int, default=32)
+    parser.add_argument(
+        "--batch",
+        type=batch_sizes,
+        help="rows per call, or several comma-separated, each timed in turn "
+        "in one process (default: 2; with --long, 1)",
+    )
+    parser.add_argument(
+        "--prompt-length", type=int, help="default: 32; with --long, 512"
+    )
     parser.add_argument(
         "--max-length",
         type=int,
         default=None,
-        help="prompt plus new tokens (default: 256; with --tiny, its 128 positions)",
+        help="prompt plus new tokens (default: 256; with --tiny, its 128 "
+        "positions; with --long, 1024)",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the long-context workload: batch 1, a 512-token prompt to "
+        "max_length 1024, against CTranslate2 and llama.cpp",
     )
     parser.add_argument("--sampler", default="greedy")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds")
@@ -115,8 +134,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--ttft-max-length",
         type=int,
-        default=1024,
-        help="also time keras-gen's first token with this max_length",
+        help="also time keras-gen's first token with this max_length "
+        "(default: 1024; with --long, 0: not timed)",
     )
     parser.add_argument(
         "--quantize",
@@ -129,9 +148,25 @@ def parse_args(argv=None):
     parser.add_argument("--system", help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--weights", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.max_length is None:
-        args.max_length = TINY["max_sequence_length"] if args.tiny else 256
-    for name in ("batch", "prompt_length", "max_length", "repeats"):
+    defaults = dict(
+        systems=",".join(SYSTEMS),
+        batch=[2],
+        prompt_length=32,
+        max_length=TINY["max_sequence_length"] if args.tiny else 256,
+        ttft_max_length=1024,
+    )
+    if args.long:
+        defaults.update(
+            systems=",".join(LONG_SYSTEMS),
+            batch=[1],
+            prompt_length=512,
+            max_length=1024,
+            ttft_max_length=0,
+        )
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in ("prompt_length", "max_length", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.prompt_length >= args.max_length:
@@ -139,9 +174,29 @@ def parse_args(argv=None):
     return args
 
 
-def prompts(args, vocabulary_size):
+def batch_sizes(text):
+    """`--batch`: one size or several, comma-separated, each at least 1."""
+    try:
+        sizes = [int(size) for size in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or len(set(sizes)) < len(sizes):
+        raise argparse.ArgumentTypeError(
+            f"expected distinct sizes >= 1, comma-separated (e.g. 1,2,8); got {text!r}"
+        )
+    return sizes
+
+
+def prompts(args, vocabulary_size, batch):
+    """`batch` prompts of `--prompt-length` random token ids (the same
+    for every system)."""
     rng = np.random.default_rng(0)
-    return rng.integers(0, vocabulary_size, (args.batch, args.prompt_length)).tolist()
+    return rng.integers(0, vocabulary_size, (batch, args.prompt_length)).tolist()
+
+
+def batched(args, vocabulary_size):
+    """The prompts of each of `--batch`'s sizes, by size."""
+    return {batch: prompts(args, vocabulary_size, batch) for batch in args.batch}
 
 
 def timed(fn):
@@ -164,8 +219,9 @@ def peak_memory_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def summarize(args, ready, rounds):
-    """A system's figures: its start-up, and the medians of its rounds."""
+def summarize(args, batch, first_call_s, rounds):
+    """A system's figures for one batch size: its first call, and the
+    medians of its rounds."""
     new_tokens = args.max_length - args.prompt_length
 
     def median(name):
@@ -174,23 +230,21 @@ def summarize(args, ready, rounds):
 
     total, ttft = median("total_s"), median("ttft_s")
     result = {
-        "first_call_s": ready["first_call_s"],
-        "load_s": ready["load_s"],
+        "first_call_s": first_call_s,
         "time_to_first_token_ms": None if ttft is None else 1000 * ttft,
         # Prefill throughput: the prompts' tokens over the first token's time.
         "prompt_tokens_per_s": None
         if ttft is None
-        else args.batch * args.prompt_length / ttft,
+        else batch * args.prompt_length / ttft,
         "ms_per_step": 1000
         * (total - (ttft or 0))
         / max(new_tokens - (ttft is not None), 1),
-        "tokens_per_s": args.batch * new_tokens / total,
+        "tokens_per_s": batch * new_tokens / total,
         "total_s": total,
         "rounds": rounds,
     }
     if median("ttft_long_s") is not None:
         result["time_to_first_token_long_ms"] = 1000 * median("ttft_long_s")
-        result["ttft_long_max_length"] = ready["ttft_long_max_length"]
     if median("stream_s") is not None:
         ratio = statistics.median(r["stream_s"] / r["total_s"] for r in rounds)
         result["stream_tokens_per_s"] = result["tokens_per_s"] / ratio
@@ -205,15 +259,15 @@ def keras_gen_workload(args, quantize=None):
     if quantize:
         lm.quantize("int8", quantize_activations=quantize != "int8-weight-only")
     lm.compile(sampler=args.sampler)
-    batch = prompts(args, lm.backbone.vocabulary_size)
+    batches = batched(args, lm.backbone.vocabulary_size)
     kwargs = dict(max_length=args.max_length, stop_token_ids=None, seed=0)
 
-    def generate():
-        return [t[args.prompt_length :] for t in lm.generate(batch, **kwargs)]
+    def generate(batch):
+        return [t[args.prompt_length :] for t in lm.generate(batches[batch], **kwargs)]
 
-    def first_token(max_length):
+    def first_token(batch, max_length):
         stream = lm.stream(
-            batch,
+            batches[batch],
             max_length=max_length,
             stop_token_ids=None,
             seed=0,
@@ -222,13 +276,15 @@ def keras_gen_workload(args, quantize=None):
         next(stream)
         stream.close()
 
-    def stream():
-        for _ in lm.stream(batch, **kwargs):
+    def stream(batch):
+        for _ in lm.stream(batches[batch], **kwargs):
             pass
 
-    def log_probs():
+    def log_probs(batch):
         # The float and quantized runs compare their greedy log-probs.
-        output = lm.generate(batch, **kwargs, return_dict=True, output_log_probs=True)
+        output = lm.generate(
+            batches[batch], **kwargs, return_dict=True, output_log_probs=True
+        )
         return [row.tolist() for row in output.log_probs]
 
     workload = {"generate": generate, "first_token": first_token}
@@ -259,18 +315,19 @@ def keras_hub_workload(args):
         convert_gpt2.convert_weights(backbone, loader, config)
     lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     lm.compile(sampler=args.sampler)
-    batch = np.array(prompts(args, config["vocab_size"]), "int32")
-    token_ids = np.zeros((args.batch, args.max_length), "int32")
-    token_ids[:, : args.prompt_length] = batch
-    inputs = {
-        "token_ids": token_ids,
-        "padding_mask": token_ids * 0
-        + (np.arange(args.max_length) < args.prompt_length),
-    }
+    inputs = {}
+    for size, batch in batched(args, config["vocab_size"]).items():
+        token_ids = np.zeros((size, args.max_length), "int32")
+        token_ids[:, : args.prompt_length] = batch
+        inputs[size] = {
+            "token_ids": token_ids,
+            "padding_mask": token_ids * 0
+            + (np.arange(args.max_length) < args.prompt_length),
+        }
     keras.utils.set_random_seed(0)
 
-    def generate():
-        outputs = lm.generate(inputs, stop_token_ids=None)
+    def generate(batch):
+        outputs = lm.generate(inputs[batch], stop_token_ids=None)
         return np.asarray(outputs["token_ids"])[:, args.prompt_length :].tolist()
 
     return {"generate": generate}
@@ -285,10 +342,12 @@ def transformers_workload(args, compiled=False):
         args.weights, dtype=torch.float32
     )
     model.eval()
-    batch = torch.tensor(prompts(args, model.config.vocab_size))
+    batches = {
+        size: torch.tensor(batch)
+        for size, batch in batched(args, model.config.vocab_size).items()
+    }
     new_tokens = args.max_length - args.prompt_length
     kwargs = dict(
-        attention_mask=torch.ones_like(batch),
         do_sample=args.sampler != "greedy",
         pad_token_id=0,
     )
@@ -296,14 +355,21 @@ def transformers_workload(args, compiled=False):
         kwargs["cache_implementation"] = "static"
         model.forward = torch.compile(model.forward, dynamic=False)
 
-    def generate(n=new_tokens):
+    def generate(batch, n=new_tokens):
         with torch.no_grad():
             outputs = model.generate(
-                batch, max_new_tokens=n, min_new_tokens=n, **kwargs
+                batches[batch],
+                attention_mask=torch.ones_like(batches[batch]),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                **kwargs,
             )
         return outputs[:, args.prompt_length :].tolist()
 
-    return {"generate": generate, "first_token": lambda max_length: generate(1)}
+    return {
+        "generate": generate,
+        "first_token": lambda batch, max_length: generate(batch, 1),
+    }
 
 
 def ctranslate2_workload(args, quantization="float32"):
@@ -323,13 +389,16 @@ def ctranslate2_workload(args, quantization="float32"):
     with open(os.path.join(args.weights, "tokenizer.json")) as file:
         vocabulary = json.load(file)["model"]["vocab"]
     names = {index: token for token, index in vocabulary.items()}
-    batch = [[names[t] for t in row] for row in prompts(args, len(names))]
+    batches = {
+        size: [[names[t] for t in row] for row in batch]
+        for size, batch in batched(args, len(names)).items()
+    }
     new_tokens = args.max_length - args.prompt_length
 
-    def generate(n=new_tokens):
+    def generate(batch, n=new_tokens):
         # No end token: exactly `n` new tokens.
         results = generator.generate_batch(
-            batch,
+            batches[batch],
             max_length=n,
             sampling_topk=1,
             end_token=[],
@@ -339,7 +408,7 @@ def ctranslate2_workload(args, quantization="float32"):
 
     return {
         "generate": generate,
-        "first_token": lambda max_length: generate(1),
+        "first_token": lambda batch, max_length: generate(batch, 1),
         "scratch": scratch,
     }
 
@@ -418,8 +487,8 @@ def llama_cpp_workload(args, quantization="f32"):
         raise RuntimeError("llama.cpp could not load the GGUF file")
     with open(os.path.join(args.weights, "config.json")) as file:
         vocabulary_size = json.load(file)["vocab_size"]
-    batch = prompts(args, vocabulary_size)
-    rows = len(batch)
+    batches = batched(args, vocabulary_size)
+    rows = max(args.batch)
     context_params = llama.llama_context_default_params()
     context_params.n_ctx = context_params.n_batch = context_params.n_ubatch = (
         rows * args.max_length
@@ -461,9 +530,9 @@ def llama_cpp_workload(args, quantization="f32"):
             for i in last
         ]
 
-    def generate(n=args.max_length - args.prompt_length):
+    def generate(batch, n=args.max_length - args.prompt_length):
         llama.llama_memory_clear(memory, True)
-        next_tokens = decode(batch, 0)
+        next_tokens = decode(batches[batch], 0)
         outputs = [[t] for t in next_tokens]
         for step in range(1, n):
             next_tokens = decode(
@@ -476,7 +545,7 @@ def llama_cpp_workload(args, quantization="f32"):
     # The GGUF file's folder and llama.cpp's handles live as long as the workload.
     return {
         "generate": generate,
-        "first_token": lambda max_length: generate(1),
+        "first_token": lambda batch, max_length: generate(batch, 1),
         "scratch": scratch,
         "model": model,
         "context": context,
@@ -506,43 +575,51 @@ def send(message):
 
 
 def worker(args):
-    """Load the system, run its first call and warm-ups, say it is ready;
-    then one timed run of each measurement per `round` line on stdin, and
-    its tokens (and peak memory) on `finish`."""
+    """Load the system, run its first call and warm-ups for each batch
+    size, say it is ready; then one timed run of each measurement of batch
+    size B per `round B` line on stdin, and its tokens (and peak memory)
+    on `finish`."""
     start = time.perf_counter()
     workload = WORKLOADS[args.system](args)
-    loaded = time.perf_counter()
-    tokens = workload["generate"]()
-    ready = {"load_s": loaded - start, "first_call_s": time.perf_counter() - loaded}
+    ready = {"load_s": time.perf_counter() - start, "first_call_s": {}}
+    tokens = {}
     long = workload.get("long_max_length")
-    # Warm-ups of every measured shape: no round compiles anything.
-    if "first_token" in workload:
-        workload["first_token"](args.max_length)
-        if long:
-            workload["first_token"](long)
-            ready["ttft_long_max_length"] = long
-    if "stream" in workload:
-        workload["stream"]()
+    for batch in args.batch:
+        ready["first_call_s"][batch], tokens[batch] = timed(
+            lambda: workload["generate"](batch)
+        )
+        # Warm-ups of every measured shape: no round compiles anything.
+        if "first_token" in workload:
+            workload["first_token"](batch, args.max_length)
+            if long:
+                workload["first_token"](batch, long)
+        if "stream" in workload:
+            workload["stream"](batch)
+    ready["ttft_long_max_length"] = long
     send(ready)
     for command in sys.stdin:
-        if command.strip() == "round":
-            measured, tokens = timed(workload["generate"])
+        words = command.split()
+        if words[:1] == ["round"]:
+            batch = int(words[1])
+            measured, tokens[batch] = timed(lambda: workload["generate"](batch))
             result = {"total_s": measured}
             if "first_token" in workload:
                 result["ttft_s"] = timed(
-                    lambda: workload["first_token"](args.max_length)
+                    lambda: workload["first_token"](batch, args.max_length)
                 )[0]
                 if long:
                     result["ttft_long_s"] = timed(
-                        lambda: workload["first_token"](long)
+                        lambda: workload["first_token"](batch, long)
                     )[0]
             if "stream" in workload:
-                result["stream_s"] = timed(workload["stream"])[0]
+                result["stream_s"] = timed(lambda: workload["stream"](batch))[0]
             send(result)
-        elif command.strip() == "finish":
-            final = {"tokens": tokens, "peak_memory_mb": peak_memory_mb()}
-            if "log_probs" in workload:
-                final["log_probs"] = workload["log_probs"]()
+        elif words == ["finish"]:
+            final = {"peak_memory_mb": peak_memory_mb(), "batches": {}}
+            for batch in args.batch:
+                final["batches"][batch] = {"tokens": tokens[batch]}
+                if "log_probs" in workload:
+                    final["batches"][batch]["log_probs"] = workload["log_probs"](batch)
             send(final)
             return
 
@@ -610,7 +687,7 @@ class Worker:
             "--weights",
             args.weights,
             "--batch",
-            str(args.batch),
+            ",".join(map(str, args.batch)),
             "--prompt-length",
             str(args.prompt_length),
             "--max-length",
@@ -686,17 +763,33 @@ def run_systems(args, systems):
             except RuntimeError as error:
                 results[system] = {"error": error.args[0]}
                 workers.pop(system).close()
-        rounds = {system: [] for system in workers}
+        rounds = {system: {batch: [] for batch in args.batch} for system in workers}
         for number in range(args.repeats):
             print(
                 f"round {number + 1} of {args.repeats} ...", file=sys.stderr, flush=True
             )
-            for system, process in workers.items():
-                rounds[system].append(process.ask("round"))
+            for batch in args.batch:
+                for system, process in workers.items():
+                    rounds[system][batch].append(process.ask(f"round {batch}"))
         for system, process in workers.items():
+            final = process.ask("finish")
+            # JSON's keys are strings: batch sizes as `str`.
             results[system] = {
-                **summarize(args, ready[system], rounds[system]),
-                **process.ask("finish"),
+                "load_s": ready[system]["load_s"],
+                "ttft_long_max_length": ready[system]["ttft_long_max_length"],
+                "peak_memory_mb": final["peak_memory_mb"],
+                "batches": {
+                    str(batch): {
+                        **summarize(
+                            args,
+                            batch,
+                            ready[system]["first_call_s"][str(batch)],
+                            rounds[system][batch],
+                        ),
+                        **final["batches"][str(batch)],
+                    }
+                    for batch in args.batch
+                },
             }
     finally:
         for process in workers.values():
@@ -731,8 +824,23 @@ def drift(reference, quantized):
 
 
 def report(args, results):
+    for batch in map(str, args.batch):
+        report_batch(args, batch, results)
+    ours = results.get("keras-gen", {})
+    if len(args.batch) > 1 and "batches" in ours:
+        for name, r in results.items():
+            if name != "keras-gen" and "batches" in r:
+                ratios = ", ".join(
+                    f"batch {b} x{ours['batches'][b]['ms_per_step'] / r['batches'][b]['ms_per_step']:.2f}"
+                    for b in map(str, args.batch)
+                )
+                print(f"keras-gen / {name}, time per step: {ratios}")
+
+
+def report_batch(args, batch, all_results):
+    """The table of one batch size, and keras-gen's ratios to each peer."""
     print(
-        f"\nbackend={args.backend} batch={args.batch} prompt={args.prompt_length} "
+        f"\nbackend={args.backend} batch={batch} prompt={args.prompt_length} "
         f"max_length={args.max_length} sampler={args.sampler} repeats={args.repeats}"
     )
     header = (
@@ -740,26 +848,29 @@ def report(args, results):
         f"{'ms/step':>8} {'tokens/s':>9} {'peak MB':>8}"
     )
     print(header)
-    for name, r in results.items():
+    results = {}
+    for name, r in all_results.items():
         if "error" in r or "skipped" in r:
             print(
                 f"{name:24} {'error' if 'error' in r else 'skipped'}: "
                 f"{r.get('error') or r['skipped']}"
             )
             continue
+        results[name] = result = r["batches"][batch]
         ttft, prefill = "n/a", "n/a"
-        if r["time_to_first_token_ms"] is not None:
-            ttft = f"{r['time_to_first_token_ms']:.1f}"
-            prefill = f"{r['prompt_tokens_per_s']:.0f}"
+        if result["time_to_first_token_ms"] is not None:
+            ttft = f"{result['time_to_first_token_ms']:.1f}"
+            prefill = f"{result['prompt_tokens_per_s']:.0f}"
         print(
-            f"{name:24} {r['first_call_s']:12.1f} {ttft:>9} {prefill:>12} {r['ms_per_step']:8.1f} "
-            f"{r['tokens_per_s']:9.1f} {r['peak_memory_mb']:8.0f}"
+            f"{name:24} {result['first_call_s']:12.1f} {ttft:>9} {prefill:>12} "
+            f"{result['ms_per_step']:8.1f} {result['tokens_per_s']:9.1f} "
+            f"{r['peak_memory_mb']:8.0f}"
         )
-    ours = results.get("keras-gen", {})
-    if "error" in ours or not ours:
+    ours = results.get("keras-gen")
+    if ours is None:
         return
     for name, r in results.items():
-        if name == "keras-gen" or "tokens" not in r:
+        if name == "keras-gen":
             continue
         same = sum(a == b for a, b in zip(ours["tokens"], r["tokens"]))
         print(
@@ -771,10 +882,11 @@ def report(args, results):
         if "log_probs" in r and name != "keras-gen" and "log_probs" in ours:
             print(f"{name} drift from float32: {drift(ours, r)}")
     if "time_to_first_token_long_ms" in ours:
+        long = all_results["keras-gen"]["ttft_long_max_length"]
         print(
             f"keras-gen first token: {ours['time_to_first_token_ms']:.1f} ms at max_length="
             f"{args.max_length}, {ours['time_to_first_token_long_ms']:.1f} ms at max_length="
-            f"{ours['ttft_long_max_length']} (x{ours['time_to_first_token_long_ms'] / ours['time_to_first_token_ms']:.2f})"
+            f"{long} (x{ours['time_to_first_token_long_ms'] / ours['time_to_first_token_ms']:.2f})"
         )
     if "stream_overhead" in ours:
         print(
@@ -808,10 +920,10 @@ def main(argv=None):
     if failed:
         print(f"FAILED: {', '.join(failed)}")
         return 1
-    ours = results.get("keras-gen", {})
-    peer = results.get("transformers", {})
-    if args.sampler == "greedy" and "tokens" in ours and "tokens" in peer:
-        if ours["tokens"] != peer["tokens"]:
+    ours = results.get("keras-gen", {}).get("batches", {})
+    peer = results.get("transformers", {}).get("batches", {})
+    if args.sampler == "greedy" and ours and peer:
+        if any(ours[b]["tokens"] != peer[b]["tokens"] for b in ours):
             print("WARNING: keras-gen's greedy tokens differ from transformers'.")
             return 1
     return 0

@@ -25,6 +25,8 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
         "--stream",
         "--quantize",
         "int8",
+        "--batch",
+        "2,1",
         "--systems",
         "keras-gen,keras-hub,transformers,ctranslate2,llama.cpp",
         "--json",
@@ -35,30 +37,39 @@ def test_benchmark_runs_a_tiny_workload_side_by_side(tmp_path):
     results = json.loads(output.read_text())["results"]
     for name in ("keras-gen", "keras-hub", "transformers"):
         assert "error" not in results[name], results[name]
-        assert results[name]["tokens_per_s"] > 0
-    ours = results["keras-gen"]
-    assert ours["tokens"] == results["transformers"]["tokens"]
-    assert ours["tokens"] == results["keras-hub"]["tokens"]
+        assert set(results[name]["batches"]) == {"1", "2"}
+        assert results[name]["batches"]["1"]["tokens_per_s"] > 0
+    # Each batch size has its own figures and tokens, from one process.
+    ours = results["keras-gen"]["batches"]["2"]
+    assert len(ours["tokens"]) == 2
+    assert len(results["keras-gen"]["batches"]["1"]["tokens"]) == 1
+    assert results["keras-gen"]["batches"]["1"]["tokens"][0] == ours["tokens"][0]
+    assert ours["tokens"] == results["transformers"]["batches"]["2"]["tokens"]
+    assert ours["tokens"] == results["keras-hub"]["batches"]["2"]["tokens"]
     # Timed in alternating rounds, one run of each system per round.
     assert all(
-        len(results[name]["rounds"]) == 2
-        for name in results
-        if "rounds" in results[name]
+        len(batch["rounds"]) == 2
+        for result in results.values()
+        for batch in result.get("batches", {}).values()
     )
     if "skipped" in results["ctranslate2"]:
         assert results["ctranslate2"]["skipped"] == "ctranslate2 not installed"
         assert "skipped: ctranslate2 not installed" in result.stdout
     else:
-        assert results["ctranslate2"]["tokens"] == ours["tokens"]
+        assert results["ctranslate2"]["batches"]["2"]["tokens"] == ours["tokens"]
     if "skipped" in results["llama.cpp"]:
         assert results["llama.cpp"]["skipped"].endswith("not installed")
         assert "skipped: " in result.stdout
     else:
-        assert results["llama.cpp"]["tokens"] == ours["tokens"]
+        assert results["llama.cpp"]["batches"]["2"]["tokens"] == ours["tokens"]
     assert ours["prompt_tokens_per_s"] > 0
     assert "stream_overhead" in ours and "time_to_first_token_long_ms" in ours
     assert "keras-gen / keras-hub" in result.stdout
-    assert len(results["keras-gen-int8"]["log_probs"]) == len(ours["tokens"])
+    assert "keras-gen / ctranslate2, time per step: batch 2 x" in result.stdout or (
+        "skipped" in results["ctranslate2"]
+    )
+    int8 = results["keras-gen-int8"]["batches"]["2"]
+    assert len(int8["log_probs"]) == len(ours["tokens"])
     assert "keras-gen-int8 drift from float32" in result.stdout
 
 

@@ -499,7 +499,7 @@ def _choose_forms(variables):
     if sum(k.numel() * k.element_size() for k in kernels) < _TIMED_BYTES:
         return
     forms = ["linear", "product"]
-    if torch.backends.mkldnn.is_available():
+    if kernels[0].is_cpu and torch.backends.mkldnn.is_available():
         forms.append("onednn")
     width = kernels[0].shape[1]
     kernels = [kernel for kernel in kernels if kernel.shape[1] == width]
@@ -528,8 +528,10 @@ def matmul_transposed(x, y):
     rows = x.reshape(-1, x.shape[-1])
     count = max(c for c in _ROW_CLASSES if c <= max(rows.shape[0], 1))
     form = _FORMS[count]
-    if form == "onednn" and (torch.is_grad_enabled() or rows.dtype != y.dtype):
-        form = "product"  # oneDNN's op here has no gradient
+    if form == "onednn" and (
+        torch.is_grad_enabled() or rows.dtype != y.dtype or not rows.is_cpu
+    ):
+        form = "product"  # oneDNN's op here has no gradient, and runs on CPU
     product = _product(form, rows, y)
     return product.reshape(*x.shape[:-1], y.shape[0])
 

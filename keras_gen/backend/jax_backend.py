@@ -1,9 +1,11 @@
 """The JAX backend: `jax.jit` over explicit variable values."""
 
 import contextlib
+import os
 
 import jax
 import keras
+from jax._src import xla_bridge
 
 from keras_gen import backend
 
@@ -16,6 +18,20 @@ GROWS_CACHES = True
 
 # An Engine compiles a program per row and length bucket.
 COMPILES_EACH_SHAPE = False
+
+# XLA's CPU compiler copies a loop's carried key/value caches (two copies of
+# each layer's cache a step, and one more of its keys); with copy insertion's
+# region analysis it finds more of them needless (the copies in GPT-2
+# small's step after a 512-token prompt: 48 -> 36). Measured on 2 cores:
+# decode after a 512-token prompt 33.7 -> 31.0 ms per step, batch 1 27.1
+# -> 24.8, batch 2 and 8 unchanged. XLA reads its flags once, when JAX
+# first starts its CPU client: a process that computed before importing
+# keras-gen keeps its own flags, and a flag the user set stays as set.
+REGION_ANALYSIS = "--xla_cpu_copy_insertion_use_region_analysis"
+if REGION_ANALYSIS not in os.environ.get("XLA_FLAGS", "") and not xla_bridge._backends:
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" {REGION_ANALYSIS}=true"
+    ).strip()
 
 # See `backend.shortest_cache_bucket`.
 SHORTEST_CACHE_BUCKET = 64

@@ -207,6 +207,19 @@ def shortest_cache_bucket():
     return _impl.SHORTEST_CACHE_BUCKET
 
 
+def call_block(block, x, cache, index):
+    """`block(x, cache=cache, index=index)`: one of a model's repeated
+    blocks, `(x, cache)` back.
+
+    torch: inside a compiled step, Dynamo traces the first block of each
+    structure and stamps its graph out for the others (a nested compile
+    region; a block that reads other attributes or weights of other
+    shapes is traced anew). Its cache is written in place. JAX and
+    TensorFlow: the plain call.
+    """
+    return _impl.call_block(block, x, cache, index)
+
+
 def cond(pred, true_fn, false_fn, *operands):
     """`true_fn(*operands)` if the scalar bool `pred` holds, else `false_fn`.
 

@@ -92,6 +92,10 @@ def while_loop(cond, body, loop_state, jit_compile=True):
     return jax.lax.while_loop(cond, body, loop_state)
 
 
+def call_block(block, x, cache, index):
+    return block(x, cache=cache, index=index)
+
+
 def cond(pred, true_fn, false_fn, *operands):
     return jax.lax.cond(pred, true_fn, false_fn, *operands)
 

@@ -98,6 +98,10 @@ def _starts(x, start, axis):
     return tf.stack(starts)
 
 
+def call_block(block, x, cache, index):
+    return block(x, cache=cache, index=index)
+
+
 def cond(pred, true_fn, false_fn, *operands):
     return tf.cond(pred, lambda: true_fn(*operands), lambda: false_fn(*operands))
 

@@ -353,6 +353,27 @@ def _run(step, body, program, loop_state):
         return body(loop_state), body
 
 
+# Dynamo traced GPT-2 small's step in 19.7 s, most of it the Python of its
+# 12 blocks' Keras layers; tracing one block and stamping it out for the
+# other 11 takes a fifth of that, in every process (Dynamo's traces are not
+# cached). Dynamo reuses a traced block only where the block reads the
+# same attributes and weights of the same shapes, and takes no output that
+# is an input: the region returns the block's outputs only, its cache
+# written in place.
+@torch.compiler.nested_compile_region
+def _block_region(block, x, cache, index):
+    return block(x, cache=cache, index=index)[0]
+
+
+def call_block(block, x, cache, index):
+    keys, values = cache[0], cache[1]
+    if not compiling_python() or not (
+        _in_place(keys, True) and _in_place(values, True)
+    ):
+        return block(x, cache=cache, index=index)
+    return _block_region(block, x, cache, index), cache
+
+
 def cond(pred, true_fn, false_fn, *operands):
     # A Python branch on a tensor would break a `fullgraph` compile.
     if compiling_python():

@@ -277,9 +277,8 @@ class Backbone(keras.Model):
         positions = ops.arange(cache_length, dtype="int32")
         new_state = []
         for block, (keys, values) in zip(self.transformer_layers, state):
-            x, cache = block(
-                x, cache=CacheView(keys, values, row, positions), index=index
-            )
+            view = CacheView(keys, values, row, positions)
+            x, cache = backend.call_block(block, x, view, index)
             new_state.append((cache.keys, cache.values))
         return tuple(new_state)
 
@@ -288,6 +287,6 @@ class Backbone(keras.Model):
         x = self.embed(token_ids, index)
         new_state = []
         for block, cache in zip(self.transformer_layers, state):
-            x, cache = block(x, cache=cache, index=index)
+            x, cache = backend.call_block(block, x, cache, index)
             new_state.append(cache)
         return x, tuple(new_state)

@@ -202,3 +202,52 @@ def test_a_later_process_reads_the_compiled_step_from_the_cache(tmp_path):
     assert second["counts"].get("fxgraph_cache_hit", 0) >= 1
     assert "fxgraph_cache_bypass" not in second["counts"]
     assert second["tokens"] == first["tokens"]
+
+
+def _step_graphs(monkeypatch):
+    """The graphs the compiled steps run, recorded (and run as traced)."""
+    from keras_gen.backend import torch_backend
+
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    monkeypatch.setattr(torch_backend, "COMPILER", record)
+    return graphs
+
+
+def _block_subgraphs(graph_module):
+    """The subgraph each `invoke_subgraph` of the step calls, in order."""
+    return [
+        node.args[0].target
+        for node in graph_module.graph.nodes
+        if node.op == "call_function" and "invoke_subgraph" in str(node.target)
+    ]
+
+
+@pytest.mark.only_backend("torch")
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"sliding_window": 2, "sliding_window_layers": [1]}],
+    ids=["alike", "one_windowed"],
+)
+def test_the_step_traces_a_block_once_for_the_blocks_alike(monkeypatch, overrides):
+    from keras_gen.backend import torch_backend
+    from keras_gen.models import LlamaCausalLM
+    from tests.models.llama.llama_backbone_test import tiny_llama_backbone
+
+    lm = LlamaCausalLM(tiny_llama_backbone(num_layers=3, **overrides))
+    monkeypatch.setattr(torch_backend, "COMPILER", "none")
+    eager = lm.generate(PROMPTS, max_new_tokens=8)
+    graphs = _step_graphs(monkeypatch)
+    assert lm.generate(PROMPTS, max_new_tokens=8) == eager
+    (step,) = graphs
+    called = _block_subgraphs(step)
+    if not overrides:
+        assert len(called) == 3 and len(set(called)) == 1
+    else:
+        # The windowed block reads another window: it is traced on its
+        # own, and the first and last blocks share one graph.
+        assert len(called) >= 2 and called[0] == called[-1]

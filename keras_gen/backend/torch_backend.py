@@ -9,8 +9,11 @@ place, and `index` is a tensor, so the step never recompiles as it advances.
 import contextlib
 import contextvars
 import functools
+import hashlib
 import inspect
+import json
 import os
+import platform
 import queue
 import sys
 import threading
@@ -472,8 +475,9 @@ def update_block(x, update, starts, donate=False):
 # one row and for 5 rows or more oneDNN's product (`onednn`) does (1 row:
 # 20.9 against 35.4; 8 rows: 30.8 against 49.2; 512 rows: 676 against 731).
 # `_choose_forms` times each form on the model's own kernels before its
-# first step compiles, once per process, for each class of row counts
-# (1, 2-3, 4-7 and 8 or more rows, timed at its smallest).
+# first step compiles, for each class of row counts (1, 2-3, 4-7 and 8 or
+# more rows, timed at its smallest), once per process, or reads the forms a
+# process timed before on this machine.
 _ROW_CLASSES = (1, 2, 4, 8)
 _FORMS = {1: "linear", 2: "linear", 4: "product", 8: "product"}
 
@@ -519,24 +523,96 @@ def _choose_forms(variables):
     kernels = [v.value.data.t() for v in _kernels(variables)]
     if sum(k.numel() * k.element_size() for k in kernels) < _TIMED_BYTES:
         return
+    width = kernels[0].shape[1]
+    kernels = [kernel for kernel in kernels if kernel.shape[1] == width]
+    key = _forms_key(kernels)
+    chosen = _chosen_forms().get(key)
+    if chosen is None:
+        chosen = _time_forms(kernels)
+        _remember_forms(key, chosen)
+    _FORMS.update(chosen)
+
+
+def _time_forms(kernels):
     forms = ["linear", "product"]
     if kernels[0].is_cpu and torch.backends.mkldnn.is_available():
         forms.append("onednn")
-    width = kernels[0].shape[1]
-    kernels = [kernel for kernel in kernels if kernel.shape[1] == width]
+    chosen = {}
     with torch.no_grad():
         for count in _ROW_CLASSES:
-            rows = torch.ones((count, width), dtype=kernels[0].dtype)
+            rows = torch.ones((count, kernels[0].shape[1]), dtype=kernels[0].dtype)
             # Alternating rounds, the fastest of each form: the first pass
             # over fresh memory, or a busy moment, weighs on every form.
+            # Five: the choice is kept for later processes.
             times = {form: [] for form in forms}
-            for _ in range(3):
+            for _ in range(5):
                 for form in forms:
                     start = time.perf_counter()
                     for kernel in kernels:
                         _product(form, rows, kernel)
                     times[form].append(time.perf_counter() - start)
-            _FORMS[count] = min(forms, key=lambda form: min(times[form]))
+            chosen[count] = min(forms, key=lambda form: min(times[form]))
+    return chosen
+
+
+# The forms chosen are kept in the compilation cache's folder, by machine,
+# torch, threads and kernels: a later process skips the timing (GPT-2
+# small: 2.9 s), and compiles the step it compiled before, which Inductor's
+# cache then holds (a choice timed anew on a busy machine may differ, and
+# a step of other forms compiles again). At most `_KEPT_FORMS` entries;
+# delete the file to time them again.
+_FORMS_FILE = "product_forms.json"
+_KEPT_FORMS = 64
+
+
+def _forms_key(kernels):
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    shapes = sorted(tuple(k.shape) for k in kernels)
+    described = [cpu.strip(), torch.__version__, torch.get_num_threads()]
+    described += [str(kernels[0].dtype), kernels[0].device.type, shapes]
+    return hashlib.sha256(repr(described).encode()).hexdigest()[:32]
+
+
+def _forms_path():
+    folder = backend.compilation_cache_dir()
+    return None if folder is None else os.path.join(folder, _FORMS_FILE)
+
+
+def _chosen_forms():
+    path = _forms_path()
+    try:
+        with open(path) as file:
+            entries = json.load(file)
+        return {
+            key: {int(count): form for count, form in forms.items()}
+            for key, forms in entries.items()
+            if set(forms.values()) <= {"linear", "product", "onednn"}
+            and {int(count) for count in forms} == set(_ROW_CLASSES)
+        }
+    except (TypeError, OSError, ValueError, AttributeError):
+        return {}  # none yet, no cache, or a file this code did not write
+
+
+def _remember_forms(key, chosen):
+    path = _forms_path()
+    if path is None:
+        return
+    entries = {k: v for k, v in _chosen_forms().items() if k != key}
+    entries = dict(list(entries.items())[-(_KEPT_FORMS - 1) :])
+    entries[key] = chosen
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w") as file:
+            json.dump(entries, file)
+        os.replace(temporary, path)  # whole, for a process reading it now
+    except OSError:
+        pass  # a read-only cache: the next process times them again
 
 
 def matmul(x, kernel):

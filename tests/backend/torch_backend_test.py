@@ -124,6 +124,42 @@ def test_the_product_forms_are_timed_once_per_row_class_and_agree(monkeypatch):
 
 
 @pytest.mark.only_backend("torch")
+def test_the_forms_chosen_are_kept_for_the_next_process(monkeypatch, tmp_path):
+    from keras_gen.backend import torch_backend
+
+    path = tmp_path / "forms.json"
+    monkeypatch.setattr(torch_backend, "_forms_path", lambda: str(path))
+    monkeypatch.setattr(torch_backend, "_TIMED_BYTES", 0)
+    variables = GPT2CausalLM(tiny_gpt2_backbone()).backbone.weights
+    timed = []
+
+    def time_forms(kernels):
+        timed.append(len(kernels))
+        return dict.fromkeys(torch_backend._ROW_CLASSES, "onednn")
+
+    monkeypatch.setattr(torch_backend, "_time_forms", time_forms)
+    for _ in range(2):  # two processes: each starts with no choice
+        monkeypatch.setattr(torch_backend, "_FORMS", {})
+        torch_backend._choose_forms(variables)
+        assert torch_backend._FORMS == {
+            **dict.fromkeys(torch_backend._ROW_CLASSES, "onednn"),
+            "timed": True,
+        }
+    assert len(timed) == 1
+    # Other kernels are timed for themselves; a file that is not a choice
+    # is timed over and rewritten.
+    monkeypatch.setattr(torch_backend, "_FORMS", {})
+    torch_backend._choose_forms(GPT2CausalLM(tiny_gpt2_backbone(hidden_dim=32)).weights)
+    assert len(timed) == 2 and len(json.loads(path.read_text())) == 2
+    for junk in ("[1, 2]", "{not json", '{"k": {"1": "fastest"}}'):
+        path.write_text(junk)
+        monkeypatch.setattr(torch_backend, "_FORMS", {})
+        torch_backend._choose_forms(variables)
+        assert torch_backend._FORMS[1] == "onednn"
+    assert len(timed) == 5 and len(json.loads(path.read_text())) == 1
+
+
+@pytest.mark.only_backend("torch")
 def test_the_onednn_form_is_not_used_where_gradients_flow(monkeypatch):
     import torch
 

@@ -585,6 +585,8 @@ def _forms_path():
 
 def _chosen_forms():
     path = _forms_path()
+    if path is None:
+        return {}
     try:
         with open(path) as file:
             entries = json.load(file)
@@ -595,7 +597,7 @@ def _chosen_forms():
             and {int(count) for count in forms} == set(_ROW_CLASSES)
         }
     except (TypeError, OSError, ValueError, AttributeError):
-        return {}  # none yet, no cache, or a file this code did not write
+        return {}  # none yet, or a file this code did not write
 
 
 def _remember_forms(key, chosen):

@@ -812,18 +812,16 @@ def scenario_busy(args):
     options = dict(temperature=0, stop_token_ids=[])
 
     def generate_step():
-        """Seconds per step: `new` tokens less one, over `new - 1` (each the
-        fastest of three calls: one slow call on a busy machine made the
-        difference negative)."""
-        times = []
-        for count in (new, 1):
-            calls = []
-            for _ in range(3):
+        """Seconds per step: `new` tokens less one, over `new - 1`, each the
+        fastest of five calls taken in alternation (on a busy machine one slow
+        call, or a few steps of a tiny model, made the difference negative)."""
+        calls = {new: [], 1: []}
+        for _ in range(5):
+            for count, times in calls.items():
                 started = time.perf_counter()
                 lm.generate(prompts, max_new_tokens=count, **options)
-                calls.append(time.perf_counter() - started)
-            times.append(min(calls))
-        return (times[0] - times[1]) / (new - 1)
+                times.append(time.perf_counter() - started)
+        return (min(calls[new]) - min(calls[1])) / (new - 1)
 
     def engine_step(engine):
         """Seconds per token of each request once all of them run."""
@@ -855,10 +853,15 @@ def scenario_busy(args):
             for name, run in runs.items():
                 times[name].append(run())
     medians = {name: statistics.median(values) for name, values in times.items()}
+    step = medians["generate"]
     return {
         "generate_step_ms": [round(t * 1000, 2) for t in times["generate"]],
         "engine_itl_ms": [round(t * 1000, 2) for t in times["engine"]],
-        "engine_over_generate": round(medians["engine"] / medians["generate"], 3),
+        # None: the step was lost in the machine's noise (a difference of
+        # two calls came out at or below zero).
+        "engine_over_generate": round(medians["engine"] / step, 3)
+        if step > 0
+        else None,
     }
 
 
@@ -970,10 +973,17 @@ def report(args, results):
         )
         return
     if args.scenario == "busy":
+        ratio = results["engine_over_generate"]
         print(
             f"{args.max_batch_size} greedy requests together, per token: engine "
             f"{results['engine_itl_ms']} ms, lm.generate's batch step "
-            f"{results['generate_step_ms']} ms: {results['engine_over_generate']}x"
+            f"{results['generate_step_ms']} ms: "
+            + (
+                f"{ratio}x"
+                if ratio
+                else "lm.generate's step is below this machine's noise "
+                "(give more --max-tokens)"
+            )
         )
         return
     if args.scenario == "shared-prefix":

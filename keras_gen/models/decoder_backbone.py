@@ -19,6 +19,7 @@ OPTIONS = {
     "head_dim": None,
     "rope_max_wavelength": 10000.0,
     "rope_scaling": None,
+    "rope_partial_rotary_factor": 1.0,
     "layer_norm_epsilon": 1e-6,
     "query_key_value_bias": False,
     "attention_output_bias": False,
@@ -68,6 +69,8 @@ class DecoderBackbone(Backbone):
             `hidden_dim // num_query_heads`.
         rope_max_wavelength: float, the RoPE base (`rope_theta`).
         rope_scaling: `None` or a dict, see `RotaryEmbedding`'s `scaling`.
+        rope_partial_rotary_factor: float, the leading share of each head
+            that rotates (see `RotaryEmbedding`'s `partial_rotary_factor`).
         layer_norm_epsilon: float.
         query_key_value_bias: bool, biases on the query, key and value
             projections (Qwen2, or Llama's `attention_bias`).
@@ -133,6 +136,7 @@ class DecoderBackbone(Backbone):
         head_dim=None,
         rope_max_wavelength=10000.0,
         rope_scaling=None,
+        rope_partial_rotary_factor=1.0,
         layer_norm_epsilon=1e-6,
         query_key_value_bias=False,
         attention_output_bias=False,
@@ -186,6 +190,7 @@ class DecoderBackbone(Backbone):
         self.head_dim = head_dim
         self.rope_max_wavelength = rope_max_wavelength
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
+        self.rope_partial_rotary_factor = rope_partial_rotary_factor
         self.layer_norm_epsilon = layer_norm_epsilon
         self.query_key_value_bias = query_key_value_bias
         self.attention_output_bias = attention_output_bias
@@ -218,6 +223,7 @@ class DecoderBackbone(Backbone):
             head_dim,
             max_wavelength=rope_max_wavelength,
             scaling=rope_scaling,
+            partial_rotary_factor=rope_partial_rotary_factor,
             dtype=policy,
             name="rotary_embedding",
         )

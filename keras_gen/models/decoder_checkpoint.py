@@ -50,7 +50,8 @@ def activation(config, architecture, *keys):
 
 
 def rope(config, parameters=None):
-    """`(rope_theta, scaling or None)` from transformers 4 or 5 configs.
+    """`(rope_theta, scaling or None, partial_rotary_factor)` from
+    transformers 4 or 5 configs.
 
     `parameters`: a rope dict to read instead of the config's own (Gemma 3's
     per-layer-type entries).
@@ -68,27 +69,32 @@ def rope(config, parameters=None):
     theta = parameters.pop("rope_theta", config.get("rope_theta", 10000.0))
     theta = check_positive("config.json's rope_theta", theta)
     rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
-    factor = parameters.pop("partial_rotary_factor", None) or config.get(
+    partial = parameters.pop("partial_rotary_factor", None) or config.get(
         "partial_rotary_factor", 1.0
     )
-    if factor != 1.0:
-        raise ValueError(
-            f"partial_rotary_factor={factor} is not supported; keras-gen "
-            "rotates the whole head."
-        )
+    partial = check_positive("config.json's partial_rotary_factor", partial)
     if rope_type == "default":
-        return theta, None
+        return theta, None, partial
     if rope_type not in SCALINGS:
         raise ValueError(
             f"Unsupported rope scaling type {rope_type!r}. keras-gen supports "
             f"{['default'] + sorted(SCALINGS)}."
         )
-    if rope_type in ("llama3", "longrope"):
+    if rope_type == "dynamic":
+        # transformers scales from `max_position_embeddings` on.
+        parameters["original_max_position_embeddings"] = config.get(
+            "max_position_embeddings"
+        )
+    if rope_type in ("llama3", "longrope", "yarn"):
         parameters.setdefault(
             "original_max_position_embeddings",
             config.get("original_max_position_embeddings")
             or config.get("max_position_embeddings"),
         )
+    if rope_type == "yarn" and parameters.get("factor") is None:
+        # transformers' default: the ratio of the context lengths.
+        original = parameters["original_max_position_embeddings"]
+        parameters["factor"] = config["max_position_embeddings"] / original
     if rope_type == "longrope" and parameters.get("attention_factor") is None:
         # transformers' default: from the ratio of the context lengths.
         original = parameters["original_max_position_embeddings"]
@@ -96,7 +102,45 @@ def rope(config, parameters=None):
         parameters["attention_factor"] = (
             1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(original))
         )
-    return theta, {"rope_type": rope_type, **parameters}
+    return theta, {"rope_type": rope_type, **parameters}, partial
+
+
+# The architectures whose transformers modeling rotates only the leading
+# `partial_rotary_factor` of each head; the others rotate all of it.
+PARTIAL_ROTARY = {"Phi3ForCausalLM"}
+
+
+def check_partial_rotary(partial, architecture):
+    """A ValueError if `partial` < 1 and `architecture` rotates whole heads."""
+    if partial != 1.0 and architecture not in PARTIAL_ROTARY:
+        raise ValueError(
+            f"This {architecture} config sets partial_rotary_factor={partial}, "
+            f"but {architecture} rotates the whole head (transformers does the "
+            f"same); it is read for {sorted(PARTIAL_ROTARY)}."
+        )
+
+
+def whole_head_rope(config, architecture, parameters=None):
+    """`(rope_theta, scaling)` of a config whose heads rotate whole."""
+    theta, scaling, partial = rope(config, parameters)
+    check_partial_rotary(partial, architecture)
+    return theta, scaling
+
+
+def write_rope(backbone, config):
+    """`config` with the backbone's rope scaling and partial rotation."""
+    scaling = backbone.rope_scaling
+    if scaling and scaling.get("rope_type") == "dynamic":
+        # transformers reads the length dynamic NTK scales from as
+        # `max_position_embeddings`.
+        scaling = dict(scaling)
+        config["max_position_embeddings"] = scaling.pop(
+            "original_max_position_embeddings"
+        )
+    config["rope_scaling"] = scaling
+    if backbone.rope_partial_rotary_factor != 1.0:
+        config["partial_rotary_factor"] = backbone.rope_partial_rotary_factor
+    return config
 
 
 def attention_bias(config):
@@ -161,7 +205,8 @@ def write_qwen_windows(backbone, config):
 def sizes(config, architecture):
     """The backbone arguments every decoder config spells the same way."""
     num_heads = size(config, "num_attention_heads")
-    theta, scaling = rope(config)
+    theta, scaling, partial = rope(config)
+    check_partial_rotary(partial, architecture)
     return {
         "vocabulary_size": size(config, "vocab_size"),
         "num_layers": size(config, "num_hidden_layers"),
@@ -172,12 +217,16 @@ def sizes(config, architecture):
         "head_dim": size(config, "head_dim", optional=True),
         "rope_max_wavelength": theta,
         "rope_scaling": scaling,
+        "rope_partial_rotary_factor": partial,
         "layer_norm_epsilon": epsilon(config, "rms_norm_eps", 1e-6),
         "tie_word_embeddings": check_bool(
             "config.json's tie_word_embeddings",
             config.get("tie_word_embeddings", False),
         ),
-        "max_sequence_length": size(config, "max_position_embeddings", optional=True),
+        # Dynamic NTK exists to run past `max_position_embeddings`: no limit.
+        "max_sequence_length": None
+        if scaling and scaling["rope_type"] == "dynamic"
+        else size(config, "max_position_embeddings", optional=True),
         "activation": activation(config, architecture, "hidden_act"),
     }
 
@@ -230,12 +279,11 @@ def base_config(backbone, architecture, model_type):
         "hidden_act": WRITTEN_ACTIVATIONS[backbone.activation],
         "rms_norm_eps": backbone.layer_norm_epsilon,
         "rope_theta": backbone.rope_max_wavelength,
-        "rope_scaling": backbone.rope_scaling,
         "tie_word_embeddings": backbone.tie_word_embeddings,
     }
     if backbone.max_sequence_length is not None:
         config["max_position_embeddings"] = backbone.max_sequence_length
-    return config
+    return write_rope(backbone, config)
 
 
 def layer_types(backbone):

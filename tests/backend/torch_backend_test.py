@@ -14,12 +14,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROMPTS = [[5, 9, 2, 33, 61], [7], [1, 2, 3]]
 
 
+def _llama_with_long_rope_tables():
+    from keras_gen.models import LlamaCausalLM
+    from tests.models.llama.llama_backbone_test import tiny_llama_backbone
+
+    # 64 frequencies a head (head_dim 128): Inductor left rope tables made
+    # inside the step's block region unbound ("non-tensor input"); the 4
+    # of tiny heads it inlined.
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    return LlamaCausalLM(tiny_llama_backbone(head_dim=128, rope_scaling=yarn))
+
+
 @pytest.mark.slow
 @pytest.mark.only_backend("torch")
-def test_inductor_compiled_step_equals_eager_and_compiles_once(monkeypatch, traces):
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_inductor_compiled_step_equals_eager_and_compiles_once(
+    monkeypatch, traces, model
+):
     from keras_gen.backend import torch_backend
 
-    lm = GPT2CausalLM(tiny_gpt2_backbone())
+    if model == "gpt2":
+        lm = GPT2CausalLM(tiny_gpt2_backbone())
+    else:
+        lm = _llama_with_long_rope_tables()
     monkeypatch.setattr(torch_backend, "COMPILER", "none")
     eager = lm.generate(PROMPTS, max_new_tokens=10)
     monkeypatch.setattr(torch_backend, "COMPILER", "inductor")

@@ -197,7 +197,11 @@ def _rope(**change):
         ),
         (_rope(low_freq_factor=5), ValueError, "low_freq_factor.*must be below"),
         (_rope(high_freq_factor=-1), ValueError, "high_freq_factor"),
-        (_rope(rope_type="yarn"), ValueError, "rope scaling type 'yarn'"),
+        (_rope(rope_type="ntk"), ValueError, "rope scaling type 'ntk'"),
+        (_rope(rope_type="yarn", beta_fast=float("nan")), ValueError, "beta_fast"),
+        (_rope(rope_type="yarn", mscale="x"), TypeError, "mscale"),
+        (_rope(rope_type="dynamic", factor=-1), ValueError, "factor"),
+        (_rope(partial_rotary_factor=0.5), ValueError, "partial_rotary_factor"),
         (_rope(rope_type="linear", factor=None), TypeError, "factor"),
     ],
 )

@@ -93,6 +93,53 @@ def test_phi3_long_factors_match_a_full_forward_pass(model_folder):
     assert rotary.attention_factor == pytest.approx(np.sqrt(1 + np.log(8) / np.log(16)))
 
 
+# Past the 16 trained positions, where each scaling changes the rotation.
+LONG_SEQUENCE = [[hf_models.BOS] + [5, 9, 12, 30, 40, 22, 7, 13, 3, 50, 61] * 3]
+
+
+@pytest.mark.parametrize("model_folder", hf_models.ROPE_KINDS, indirect=True)
+def test_rope_scalings_match_transformers_past_the_trained_length(model_folder):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    rotary = lm.backbone.rotary_embedding
+    kind = {"qwen3": "yarn", "llama": "dynamic", "phi3": "longrope"}
+    assert rotary.scaling["rope_type"] == kind[model.config.model_type]
+    np.testing.assert_allclose(
+        _logits(lm, LONG_SEQUENCE), hf_models.logits(model, LONG_SEQUENCE), atol=1e-4
+    )
+    if model.config.model_type == "phi3":
+        # transformers' `generate` recomputes the cache when LongRoPE
+        # switches factors (see `test_phi3_long_factors_...`).
+        assert rotary.rotary_dim == 4 and rotary.head_dim == 8
+        return
+    # Greedy decoding that crosses position 16. Dynamic NTK follows each
+    # row's own furthest position (transformers takes the batch's), so each
+    # row equals transformers' tokens for that prompt alone.
+    prompts = hf_models.RAGGED_PROMPTS
+    expected = [hf_models.greedy(model, [p], max_new_tokens=16)[0] for p in prompts]
+    assert lm.generate(prompts, max_new_tokens=16) == expected
+    if model.config.model_type == "llama":
+        # No limit at max_position_embeddings: dynamic NTK runs past it.
+        assert lm.backbone.max_sequence_length is None
+        row = lm.generate([prompts[2]], max_length=40, stop_token_ids=[])[0]
+        assert len(row) == 40
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.parametrize("model_folder", hf_models.ROPE_KINDS, indirect=True)
+def test_rope_scalings_save_as_transformers_reads_them(model_folder, tmp_path):
+    _, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    lm.save_pretrained(tmp_path)
+    reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    np.testing.assert_allclose(
+        hf_models.logits(reloaded, LONG_SEQUENCE), _logits(lm, LONG_SEQUENCE), atol=1e-4
+    )
+    again = CausalLM.from_pretrained(tmp_path)
+    config = {**lm.backbone.get_config(), "name": None}
+    assert {**again.backbone.get_config(), "name": None} == config
+
+
 @pytest.mark.parametrize("model_folder", ["gemma2"], indirect=True)
 def test_gemma2_soft_caps_bind(model_folder):
     model, folder = model_folder

@@ -43,6 +43,8 @@ DECODER_KINDS = (
     "olmo2",
     "mixtral",
 )
+# RoPE scalings and partial rotation, tested past the trained length.
+ROPE_KINDS = ("qwen3_yarn", "llama_dynamic", "phi3_partial")
 
 
 def train_tokenizer(add_bos=True):
@@ -175,6 +177,38 @@ def _decoder_config(kind, common):
                 "short_factor": [1.0, 1.5, 2.0, 3.0],
                 "long_factor": [1.0, 2.0, 4.0, 8.0],
                 "original_max_position_embeddings": 16,
+            },
+        )
+    if kind == "qwen3_yarn":
+        # YaRN from 16 trained positions to 64.
+        return transformers.Qwen3Config(
+            **{**common, "max_position_embeddings": 64},
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1e4,
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        )
+    if kind == "llama_dynamic":
+        # Dynamic NTK past 16 positions.
+        return transformers.LlamaConfig(
+            **{**common, "max_position_embeddings": 16},
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+        )
+    if kind == "phi3_partial":
+        # Half of each 8-wide head rotates (Phi-4-mini: 0.75), with LongRoPE
+        # past 16 positions.
+        return transformers.Phi3Config(
+            **common,
+            original_max_position_embeddings=16,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 1e4,
+                "short_factor": [1.0, 2.0],
+                "long_factor": [1.5, 4.0],
+                "original_max_position_embeddings": 16,
+                "partial_rotary_factor": 0.5,
             },
         )
     if kind == "olmo2":

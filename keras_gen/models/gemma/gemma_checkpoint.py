@@ -66,16 +66,20 @@ def _gemma3_rope(config, architecture):
     parameters = config.get("rope_parameters") or {}
     if "full_attention" in parameters:
         # transformers 5: one rope entry per layer type.
-        theta, scaling = decoder_checkpoint.rope(config, parameters["full_attention"])
+        theta, scaling = decoder_checkpoint.whole_head_rope(
+            config, architecture, parameters["full_attention"]
+        )
         local = parameters.get("sliding_attention", {})
-        local_theta, local_scaling = decoder_checkpoint.rope(config, local)
+        local_theta, local_scaling = decoder_checkpoint.whole_head_rope(
+            config, architecture, local
+        )
         if local_scaling is not None:
             raise ValueError(
                 f"This {architecture} checkpoint scales the rope of its "
                 "sliding-window layers; keras-gen scales only the global layers'."
             )
         return theta, scaling, local_theta
-    theta, scaling = decoder_checkpoint.rope(config)
+    theta, scaling = decoder_checkpoint.whole_head_rope(config, architecture)
     return theta, scaling, config.get("rope_local_base_freq", 10000.0)
 
 

@@ -17,6 +17,13 @@ ARCHITECTURE = "Phi3ForCausalLM"
 
 
 def backbone_from_config(config, architecture, dtype=None):
+    parameters = config.get("rope_parameters") or config.get("rope_scaling")
+    if isinstance(parameters, dict) and parameters.get(
+        "rope_type", parameters.get("type")
+    ) in ("su", "yarn"):
+        # transformers reads Phi-3's older names for LongRoPE as LongRoPE.
+        parameters = {k: v for k, v in parameters.items() if k != "type"}
+        config = {**config, "rope_parameters": {**parameters, "rope_type": "longrope"}}
     return Phi3Backbone(
         **decoder_checkpoint.sizes(config, architecture),
         sliding_window=config.get("sliding_window"),
@@ -26,7 +33,10 @@ def backbone_from_config(config, architecture, dtype=None):
 
 def config_from_backbone(backbone):
     decoder_checkpoint.check_options(
-        backbone, ARCHITECTURE, {"sliding_window"}, fixed={"fused_projections": True}
+        backbone,
+        ARCHITECTURE,
+        {"sliding_window", "rope_partial_rotary_factor"},
+        fixed={"fused_projections": True},
     )
     config = decoder_checkpoint.base_config(backbone, ARCHITECTURE, "phi3")
     config["sliding_window"] = backbone.sliding_window

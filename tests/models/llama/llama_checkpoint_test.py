@@ -82,19 +82,49 @@ def test_rope_reads_transformers_4_and_5_configs():
     }
     v4 = {"rope_theta": 5e5, "rope_scaling": scaling}
     v5 = {"rope_parameters": {**scaling, "rope_theta": 5e5}}
-    assert decoder_checkpoint.rope(v4) == decoder_checkpoint.rope(v5) == (5e5, scaling)
-    assert decoder_checkpoint.rope({"rope_theta": 1e4}) == (1e4, None)
+    expected = (5e5, scaling, 1.0)
+    assert decoder_checkpoint.rope(v4) == decoder_checkpoint.rope(v5) == expected
+    assert decoder_checkpoint.rope({"rope_theta": 1e4}) == (1e4, None, 1.0)
     legacy = {"rope_scaling": {"type": "linear", "factor": 2.0}}
     assert decoder_checkpoint.rope(legacy) == (
         10000.0,
         {"rope_type": "linear", "factor": 2.0},
+        1.0,
     )
+    # Dynamic NTK scales from max_position_embeddings on; YaRN's factor
+    # defaults to the ratio of the two lengths.
+    dynamic = {
+        "max_position_embeddings": 64,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0},
+    }
+    assert decoder_checkpoint.rope(dynamic)[1] == {
+        "rope_type": "dynamic",
+        "factor": 2.0,
+        "original_max_position_embeddings": 64,
+    }
+    yarn = {
+        "max_position_embeddings": 64,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "original_max_position_embeddings": 16,
+        },
+    }
+    assert decoder_checkpoint.rope(yarn)[1]["factor"] == 4.0
+    partial = {
+        "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}
+    }
+    assert decoder_checkpoint.rope(partial) == (10000.0, None, 0.5)
 
 
 def test_unsupported_rope_type_and_activation_are_named():
     config = hf_models.make_model("llama").config.to_dict()
-    config["rope_parameters"] = {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}
-    with pytest.raises(ValueError, match="'yarn'.*llama3"):
+    config["rope_parameters"] = {"rope_type": "ntk", "factor": 2.0, "rope_theta": 1e4}
+    with pytest.raises(ValueError, match="'ntk'.*llama3"):
+        llama_checkpoint.backbone_from_config(config, "LlamaForCausalLM")
+    # transformers' Llama rotates whole heads: a partial rotation is refused.
+    config = hf_models.make_model("llama").config.to_dict()
+    config["rope_parameters"]["partial_rotary_factor"] = 0.5
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.5.*Phi3"):
         llama_checkpoint.backbone_from_config(config, "LlamaForCausalLM")
     config = hf_models.make_model("llama").config.to_dict()
     config["hidden_act"] = "gelu"

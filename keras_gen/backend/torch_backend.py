@@ -640,9 +640,10 @@ def int8_matmul(x, kernel, kernel_scale, quantize_inputs, transpose):
     weight = kernel.t() if transpose else kernel
     scale = kernel_scale.to(torch.float32)
     if quantize_inputs:
-        # oneDNN's int8 product, int32 sums (GPT-2 small's 768 x 3072
-        # kernels, two rows, 2 cores: 7.5 ms for 40 of them against 54 ms
-        # in float32).
+        # int8 products, int32 sums. How fast depends on the machine: 7.5
+        # ms for 40 of GPT-2 small's 768 x 3072 kernels at two rows against
+        # 54 in float32 on one; on an AMD EPYC with torch 2.13, 3.7 ms for
+        # one against 0.5 (see docs/checkpoints.md).
         quantized, row_scale = backend.quantize_rows(rows)
         product = torch._int_mm(quantized, weight).to(torch.float32)
         product = product / (row_scale * scale)

@@ -37,6 +37,7 @@ _EXPORTS = {
     "Olmo2CausalLM": "keras_gen.models",
     "Phi3CausalLM": "keras_gen.models",
     "Qwen3CausalLM": "keras_gen.models",
+    "SmolLM3CausalLM": "keras_gen.models",
     "Tokenizer": "keras_gen.tokenizers",
     "CausalLMPreprocessor": "keras_gen.training",
     "GenerationOutput": "keras_gen.streaming",

@@ -41,7 +41,9 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
         intermediate_dim: int, the MLP width (each expert's width with
             `num_experts`).
         head_dim: int, the size of each head.
-        rotary_embedding: the `RotaryEmbedding` the block applies.
+        rotary_embedding: the `RotaryEmbedding` the block applies, or
+            `None`: no position encoding in this block (SmolLM3's NoPE
+            layers).
         layer_norm_epsilon: float.
         activation: `"silu"` (SwiGLU) or `"gelu_approximate"` (GeGLU).
         norm_placement: `"pre"`, `"sandwich"` or `"post"` (see
@@ -247,9 +249,12 @@ class DecoderBlock(LeanCall, keras.layers.Layer):
         value = self._split_heads(value, self.num_key_value_heads)
         if self.query_key_norm == "head":
             query, key = self.q_norm(query), self.k_norm(key)
+        if self.rotary_embedding is not None:
+            query = self.rotary_embedding(query, index=index)
+            key = self.rotary_embedding(key, index=index)
         attended, cache = self.attention(
-            self.rotary_embedding(query, index=index),
-            self.rotary_embedding(key, index=index),
+            query,
+            key,
             value,
             cache=cache,
             index=index,

@@ -21,3 +21,5 @@ from keras_gen.models.phi3 import Phi3Backbone
 from keras_gen.models.phi3 import Phi3CausalLM
 from keras_gen.models.qwen3 import Qwen3Backbone
 from keras_gen.models.qwen3 import Qwen3CausalLM
+from keras_gen.models.smollm3 import SmolLM3Backbone
+from keras_gen.models.smollm3 import SmolLM3CausalLM

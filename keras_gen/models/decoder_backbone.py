@@ -43,6 +43,7 @@ OPTIONS = {
     "expert_intermediate_dim": None,
     "normalize_expert_weights": True,
     "dense_layers": None,
+    "no_rope_layers": None,
 }
 
 
@@ -114,6 +115,9 @@ class DecoderBackbone(Backbone):
             weights to sum to one.
         dense_layers: `None` or a list of layer indices that keep a dense
             MLP of `intermediate_dim` when `num_experts` is set.
+        no_rope_layers: `None` or a list of the layer indices whose
+            attention has no position encoding (SmolLM3's NoPE layers,
+            every 4th).
         dtype: a Keras dtype policy or name, e.g. `"bfloat16"`.
 
     Examples:
@@ -160,6 +164,7 @@ class DecoderBackbone(Backbone):
         expert_intermediate_dim=None,
         normalize_expert_weights=True,
         dense_layers=None,
+        no_rope_layers=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -214,6 +219,9 @@ class DecoderBackbone(Backbone):
         self.expert_intermediate_dim = expert_intermediate_dim
         self.normalize_expert_weights = normalize_expert_weights
         self.dense_layers = dense_layers
+        self.no_rope_layers = _layer_indices(
+            "no_rope_layers", no_rope_layers, num_layers
+        )
 
         policy = self.dtype_policy
         self.embed_tokens = Embedding(
@@ -251,6 +259,8 @@ class DecoderBackbone(Backbone):
         rotary = self.rotary_embedding
         if window is not None and self.local_rotary_embedding is not None:
             rotary = self.local_rotary_embedding
+        if self.no_rope_layers is not None and i in self.no_rope_layers:
+            rotary = None
         experts = self.num_experts
         if self.dense_layers is not None and i in self.dense_layers:
             experts = None

@@ -19,6 +19,7 @@ FAMILIES = {
     "Phi3ForCausalLM",
     "Olmo2ForCausalLM",
     "MixtralForCausalLM",
+    "SmolLM3ForCausalLM",
 }
 
 

@@ -12,6 +12,7 @@ from keras_gen.models import MixtralCausalLM
 from keras_gen.models import Olmo2CausalLM
 from keras_gen.models import Phi3CausalLM
 from keras_gen.models import Qwen3CausalLM
+from keras_gen.models import SmolLM3CausalLM
 from tests.models import hf_models
 from tests.models.hf_models import model_folder  # noqa: F401 (fixture)
 
@@ -28,11 +29,22 @@ CLASSES = {
     "phi3": Phi3CausalLM,
     "olmo2": Olmo2CausalLM,
     "mixtral": MixtralCausalLM,
+    "smollm3": SmolLM3CausalLM,
 }
 # Phi-3's tiny config switches to its long rope factors past 16 positions;
 # transformers' `generate` then recomputes the whole cache (see
 # `test_phi3_long_factors_match_a_full_forward_pass`): stay below.
 NEW_TOKENS = {"phi3": 8}
+
+
+TINY = dict(
+    vocabulary_size=50,
+    num_layers=2,
+    num_query_heads=4,
+    num_key_value_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+)
 
 
 def _logits(lm, token_ids):
@@ -138,6 +150,33 @@ def test_rope_scalings_save_as_transformers_reads_them(model_folder, tmp_path):
     again = CausalLM.from_pretrained(tmp_path)
     config = {**lm.backbone.get_config(), "name": None}
     assert {**again.backbone.get_config(), "name": None} == config
+
+
+@pytest.mark.parametrize("model_folder", ["smollm3"], indirect=True)
+def test_smollm3_leaves_rope_out_of_its_nope_layers(model_folder):
+    from keras_gen.models import SmolLM3Backbone
+    from keras_gen.models.smollm3 import smollm3_checkpoint
+
+    model, folder = model_folder
+    backbone = CausalLM.from_pretrained(folder).backbone
+    assert backbone.no_rope_layers == [1]
+    blocks = backbone.transformer_layers
+    assert [block.rotary_embedding is None for block in blocks] == [False, True]
+    assert [backbone.layer_sliding_window(i) for i in range(2)] == [None, 4]
+    config = model.config.to_dict()
+    for flags in ([1], [1, 2], "1,0"):
+        with pytest.raises(ValueError, match="no_rope_layers"):
+            smollm3_checkpoint.backbone_from_config(
+                {**config, "no_rope_layers": flags}, "SmolLM3ForCausalLM"
+            )
+    # Without the list, transformers' interval rule (every 4th by default).
+    del config["no_rope_layers"]
+    config.pop("no_rope_layer_interval")
+    config["num_hidden_layers"] = 8
+    config["layer_types"] = None
+    read = smollm3_checkpoint.backbone_from_config(config, "SmolLM3ForCausalLM")
+    assert read.no_rope_layers == [3, 7] and read.sliding_window_layers == [3, 7]
+    assert SmolLM3Backbone(**{**TINY, "num_layers": 5}).no_rope_layers == [3]
 
 
 @pytest.mark.parametrize("model_folder", ["gemma2"], indirect=True)

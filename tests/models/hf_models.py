@@ -42,6 +42,7 @@ DECODER_KINDS = (
     "phi3",
     "olmo2",
     "mixtral",
+    "smollm3",
 )
 # RoPE scalings and partial rotation, tested past the trained length.
 ROPE_KINDS = ("qwen3_yarn", "llama_dynamic", "phi3_partial")
@@ -213,6 +214,15 @@ def _decoder_config(kind, common):
         )
     if kind == "olmo2":
         return transformers.Olmo2Config(**common)
+    if kind == "smollm3":
+        # Layer 1 without RoPE (every 2nd), and windowed: transformers
+        # windows only NoPE layers.
+        return transformers.SmolLM3Config(
+            **common,
+            no_rope_layer_interval=2,
+            use_sliding_window=True,
+            sliding_window=4,
+        )
     if kind == "mixtral":
         return transformers.MixtralConfig(
             **common, num_local_experts=4, num_experts_per_tok=2, sliding_window=4

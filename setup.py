@@ -13,6 +13,9 @@ TENSORFLOW = ["tensorflow-cpu>=2.16"]
 # keeps any compatible torch the user already has.
 TORCH = ["torch>=2.4"]
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29"]
+# SentencePiece `tokenizer.model` files (folders without a tokenizer.json):
+# the package's own protobuf schema reads them exactly.
+SENTENCEPIECE = ["sentencepiece>=0.1.99", "protobuf"]
 # The bundled demo model: weights, tokenizer and training record.
 PRESET_FILES = ["presets/*/*.json", "presets/*/*.safetensors"]
 # The server's chat page (`GET /`).
@@ -48,6 +51,7 @@ setup(
         "tensorflow": TENSORFLOW,
         "torch": TORCH,
         "serve": SERVE,
+        "sentencepiece": SENTENCEPIECE,
         "test": [
             "pytest",
             # tools/run_tests.sh runs each backend's pass on two processes.
@@ -59,6 +63,7 @@ setup(
             *TORCH,
             "keras-hub",
             "transformers",
+            *SENTENCEPIECE,
             # Structured output tests validate what they generate.
             "jsonschema",
             # LoRA adapters are checked against PEFT's own loading.

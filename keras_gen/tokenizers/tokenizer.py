@@ -10,9 +10,12 @@ import tokenizers
 
 from keras_gen.tokenizers.chat_template import ChatTemplate
 from keras_gen.tokenizers.chat_template import is_conversations
+from keras_gen.tokenizers.sentencepiece_model import tokenizer_from_sentencepiece
 from keras_gen.utils.files import read_json_object
 
 TOKENIZER_FILE = "tokenizer.json"
+# A SentencePiece model, read when a folder has no `tokenizer.json`.
+SENTENCEPIECE_FILE = "tokenizer.model"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # transformers 4.43 and later save the chat template in a file of its own.
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -103,29 +106,43 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, path):
-        """Load `tokenizer.json` and the special tokens from a model folder.
+        """Load `tokenizer.json` (or, without it, a SentencePiece
+        `tokenizer.model`) and the special tokens from a model folder.
 
-        Special token ids come from `generation_config.json` and
-        `config.json` (`eos_token_id` may be a list there), falling back on
-        the token strings of `tokenizer_config.json`.
+        A SentencePiece model is converted to the same `tokenizers` form
+        (see `keras_gen.tokenizers.sentencepiece_model`), adding BOS and EOS
+        as `tokenizer_config.json`'s `add_bos_token` (default true) and
+        `add_eos_token` (default false) say. Special token ids come from
+        `generation_config.json` and `config.json` (`eos_token_id` may be a
+        list there), falling back on the token strings of
+        `tokenizer_config.json`.
 
         Raises:
-            FileNotFoundError: the folder has no `tokenizer.json`.
+            FileNotFoundError: the folder has neither file.
         """
         path = os.fspath(path)
         tokenizer_file = os.path.join(path, TOKENIZER_FILE)
-        if not os.path.isfile(tokenizer_file):
-            raise FileNotFoundError(
-                f"No {TOKENIZER_FILE} in {path!r}: keras-gen reads tokenizers "
-                "in the Hugging Face `tokenizers` format only."
-            )
-        try:
-            tokenizer = tokenizers.Tokenizer.from_file(tokenizer_file)
-        except Exception as error:  # the Rust library raises plain Exception
-            raise ValueError(
-                f"{tokenizer_file} is not a valid tokenizer file: {error}"
-            ) from error
+        sentencepiece_file = os.path.join(path, SENTENCEPIECE_FILE)
         config = read_json_object(os.path.join(path, TOKENIZER_CONFIG_FILE), missing={})
+        if os.path.isfile(tokenizer_file):
+            try:
+                tokenizer = tokenizers.Tokenizer.from_file(tokenizer_file)
+            except Exception as error:  # the Rust library raises plain Exception
+                raise ValueError(
+                    f"{tokenizer_file} is not a valid tokenizer file: {error}"
+                ) from error
+        elif os.path.isfile(sentencepiece_file):
+            tokenizer = tokenizer_from_sentencepiece(
+                sentencepiece_file,
+                add_bos_token=config.get("add_bos_token", True) is not False,
+                add_eos_token=config.get("add_eos_token", False) is True,
+            )
+        else:
+            raise FileNotFoundError(
+                f"No {TOKENIZER_FILE} or {SENTENCEPIECE_FILE} in {path!r}: "
+                "keras-gen reads Hugging Face `tokenizers` files and "
+                "SentencePiece models."
+            )
         template_file = os.path.join(path, CHAT_TEMPLATE_FILE)
         if os.path.isfile(template_file):
             with open(template_file, encoding="utf-8") as f:

@@ -115,6 +115,8 @@ def _check_scaling(scaling, keys):
         name = f"scaling['{key}']"
         if key in optional and value is None:
             continue
+        if key in ("mscale", "mscale_all_dim") and value == 0:
+            continue  # as transformers reads it: not given
         if key == "original_max_position_embeddings":
             check_int(name, value, low=1)
         elif key in ("short_factor", "long_factor"):

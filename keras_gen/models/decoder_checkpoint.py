@@ -69,8 +69,10 @@ def rope(config, parameters=None):
     theta = parameters.pop("rope_theta", config.get("rope_theta", 10000.0))
     theta = check_positive("config.json's rope_theta", theta)
     rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
-    partial = parameters.pop("partial_rotary_factor", None) or config.get(
-        "partial_rotary_factor", 1.0
+    partial = (
+        parameters.pop("partial_rotary_factor", None)
+        or config.get("partial_rotary_factor")
+        or 1.0
     )
     partial = check_positive("config.json's partial_rotary_factor", partial)
     if rope_type == "default":

@@ -46,8 +46,9 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
         {**YARN, "beta_fast": 16, "beta_slow": 2, "truncate": False},
         {**YARN, "mscale": 1.0, "mscale_all_dim": 0.5},
         {**YARN, "attention_factor": 1.25},
+        {**YARN, "mscale": 0, "mscale_all_dim": 0},
     ],
-    ids=["yarn", "betas_untruncated", "mscale", "attention_factor"],
+    ids=["yarn", "betas_untruncated", "mscale", "attention_factor", "mscale_zero"],
 )
 def test_yarn_matches_transformers(scaling):
     transformers = pytest.importorskip("transformers")

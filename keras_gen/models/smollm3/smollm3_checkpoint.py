@@ -26,9 +26,8 @@ ALLOWED = {
 }
 
 
-def _no_rope_layers(config):
+def _no_rope_layers(config, num_layers):
     """The indices of the layers without RoPE."""
-    num_layers = config["num_hidden_layers"]
     flags = config.get("no_rope_layers")
     if flags is None:
         # transformers' default: every `no_rope_layer_interval`-th layer.
@@ -51,20 +50,22 @@ def _no_rope_layers(config):
 
 
 def backbone_from_config(config, architecture, dtype=None):
-    no_rope = _no_rope_layers(config)
+    sizes = decoder_checkpoint.sizes(config, architecture)  # checked first
+    num_layers = sizes["num_layers"]
+    no_rope = _no_rope_layers(config, num_layers)
     windows = {}
     if config.get("use_sliding_window") and config.get("sliding_window") is not None:
         # transformers' default layer types: the NoPE layers are windowed.
         kinds = config.get("layer_types") or [
             "sliding_attention" if i in no_rope else "full_attention"
-            for i in range(config["num_hidden_layers"])
+            for i in range(num_layers)
         ]
         window, layers = decoder_checkpoint.layer_windows(
             kinds, config["sliding_window"]
         )
         windows = {"sliding_window": window, "sliding_window_layers": layers}
     return SmolLM3Backbone(
-        **decoder_checkpoint.sizes(config, architecture),
+        **sizes,
         **decoder_checkpoint.attention_bias(config),
         mlp_bias=bool(config.get("mlp_bias", False)),
         no_rope_layers=no_rope,

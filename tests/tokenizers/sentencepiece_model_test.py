@@ -10,6 +10,9 @@ from keras_gen.tokenizers import Tokenizer
 from keras_gen.tokenizers.sentencepiece_model import tokenizer_from_sentencepiece
 
 spm = pytest.importorskip("sentencepiece")
+# Tokenizers run no backend code: one backend suffices, but for the model
+# folder's generation.
+one_backend = pytest.mark.only_backend("jax")
 
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
@@ -65,6 +68,7 @@ def train(folder, kind, vocabulary_size=None):
     return str(folder / "tokenizer.model")
 
 
+@one_backend
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_ids_and_text_equal_sentencepiece(kind, tmp_path):
     path = train(tmp_path, kind)
@@ -77,6 +81,7 @@ def test_ids_and_text_equal_sentencepiece(kind, tmp_path):
             assert tokenizer.decode(ids) == reference.decode(ids), text
 
 
+@one_backend
 @pytest.mark.parametrize("kind", ["llama_bpe", "t5_unigram"])
 def test_ids_equal_transformers_conversion(kind, tmp_path):
     transformers = pytest.importorskip("transformers")
@@ -88,6 +93,7 @@ def test_ids_equal_transformers_conversion(kind, tmp_path):
         assert tokenizer.encode(text, add_special_tokens=False) == expected, text
 
 
+@one_backend
 def test_a_folder_with_only_tokenizer_model_loads_with_its_special_tokens(tmp_path):
     train(tmp_path, "llama_bpe")
     config = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
@@ -127,6 +133,7 @@ def test_a_model_folder_generates_text_with_a_sentencepiece_tokenizer(tmp_path):
     assert logits.shape[-1] == 64
 
 
+@one_backend
 @pytest.mark.parametrize(
     "content",
     [b"", b"not a model", bytes(range(256)) * 4],
@@ -138,6 +145,7 @@ def test_a_broken_model_file_is_named(tmp_path, content):
         Tokenizer.from_pretrained(tmp_path)
 
 
+@one_backend
 def test_a_model_of_another_type_or_a_missing_unknown_piece_is_refused(tmp_path):
     from sentencepiece import sentencepiece_model_pb2
 

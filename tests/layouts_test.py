@@ -185,8 +185,11 @@ def sharded_runs(tmp_path_factory):
             [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
         ),
     }
+    # As a module: a script's own folder leads sys.path, and tests/ has a
+    # `tokenizers` folder that would hide the library.
     subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "sharded_generate.py"), str(out)],
+        [sys.executable, "-m", "tests.sharded_generate", str(out)],
+        cwd=ROOT,
         env=env,
         check=True,
         timeout=900,

@@ -5,7 +5,7 @@ Run by `layouts_test.py` in a subprocess, because
 starts and would change the devices of the rest of the suite:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 KERAS_BACKEND=jax \
-        python tests/sharded_generate.py OUT.json
+        python -m tests.sharded_generate OUT.json
 
 For each model and mesh it builds the model (same seeded weights) under the
 distribution, generates greedily and records: the tokens and logits next to
@@ -17,7 +17,6 @@ also streams, and saves and reloads the model under the distribution.
 """
 
 import json
-import os
 import sys
 import tempfile
 import warnings
@@ -26,18 +25,17 @@ import jax
 import keras
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from keras_gen import backend
+from keras_gen.models import CausalLM
+from keras_gen.models import GPT2Backbone
+from keras_gen.models import GPT2CausalLM
+from keras_gen.models import LlamaBackbone
+from keras_gen.models import LlamaCausalLM
+from keras_gen.serving import Engine
+from keras_gen.streaming import GenerationOutput
 
-from conftest import set_numpy_weights  # noqa: E402
-
-from keras_gen import backend  # noqa: E402
-from keras_gen.models import CausalLM  # noqa: E402
-from keras_gen.models import GPT2Backbone  # noqa: E402
-from keras_gen.models import GPT2CausalLM  # noqa: E402
-from keras_gen.models import LlamaBackbone  # noqa: E402
-from keras_gen.models import LlamaCausalLM  # noqa: E402
-from keras_gen.serving import Engine  # noqa: E402
-from keras_gen.streaming import GenerationOutput  # noqa: E402
+# Run as a module from the repository root (see layouts_test.py).
+from tests.conftest import set_numpy_weights
 
 # Head counts divide every mesh's model axis: head_dim 4. The weight scale
 # gives each model varied greedy tokens whose logits are far apart, so the

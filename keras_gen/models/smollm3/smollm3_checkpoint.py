@@ -10,20 +10,15 @@ import sys
 
 from keras_gen.models import architectures
 from keras_gen.models import decoder_checkpoint
+from keras_gen.models.llama import llama_checkpoint
 from keras_gen.models.smollm3.smollm3_backbone import SmolLM3Backbone
 from keras_gen.models.smollm3.smollm3_causal_lm import SmolLM3CausalLM
 from keras_gen.utils.checks import check_int
 
 CAUSAL_LM_CLASS = SmolLM3CausalLM
 ARCHITECTURE = "SmolLM3ForCausalLM"
-ALLOWED = {
-    "query_key_value_bias",
-    "attention_output_bias",
-    "mlp_bias",
-    "sliding_window",
-    "sliding_window_layers",
-    "no_rope_layers",
-}
+# Llama's options, and the NoPE layers.
+ALLOWED = llama_checkpoint.ALLOWED | {"no_rope_layers"}
 
 
 def _no_rope_layers(config, num_layers):

@@ -35,6 +35,8 @@ CLASSES = {
 # transformers' `generate` then recomputes the whole cache (see
 # `test_phi3_long_factors_match_a_full_forward_pass`): stay below.
 NEW_TOKENS = {"phi3": 8}
+# Past the 16 trained positions, where each scaling changes the rotation.
+LONG_SEQUENCE = [[hf_models.BOS] + [5, 9, 12, 30, 40, 22, 7, 13, 3, 50, 61] * 3]
 
 
 TINY = dict(
@@ -74,17 +76,29 @@ def test_greedy_ragged_batch_matches_transformers(model_folder):
     )
 
 
-@parametrize
+# The rope scalings are checked where they differ: past the trained length.
+SAVED_SEQUENCES = [
+    *((kind, hf_models.FULL_BATCH) for kind in hf_models.DECODER_KINDS),
+    *((kind, LONG_SEQUENCE) for kind in hf_models.ROPE_KINDS),
+]
+
+
+@pytest.mark.parametrize(
+    "model_folder, sequence",
+    SAVED_SEQUENCES,
+    indirect=["model_folder"],
+    ids=[kind for kind, _ in SAVED_SEQUENCES],
+)
 @pytest.mark.only_backend("jax")
-def test_save_pretrained_round_trips_through_transformers(model_folder, tmp_path):
+def test_save_pretrained_round_trips_through_transformers(
+    model_folder, sequence, tmp_path
+):
     _, folder = model_folder
     lm = CausalLM.from_pretrained(folder)
     lm.save_pretrained(tmp_path)
     reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     np.testing.assert_allclose(
-        hf_models.logits(reloaded, hf_models.FULL_BATCH),
-        _logits(lm, hf_models.FULL_BATCH),
-        atol=1e-4,
+        hf_models.logits(reloaded, sequence), _logits(lm, sequence), atol=1e-4
     )
     again = CausalLM.from_pretrained(tmp_path)
     config = {**lm.backbone.get_config(), "name": None}
@@ -103,10 +117,6 @@ def test_phi3_long_factors_match_a_full_forward_pass(model_folder):
     rotary = lm.backbone.rotary_embedding
     assert rotary.long_inverse_frequencies != rotary.inverse_frequencies
     assert rotary.attention_factor == pytest.approx(np.sqrt(1 + np.log(8) / np.log(16)))
-
-
-# Past the 16 trained positions, where each scaling changes the rotation.
-LONG_SEQUENCE = [[hf_models.BOS] + [5, 9, 12, 30, 40, 22, 7, 13, 3, 50, 61] * 3]
 
 
 @pytest.mark.parametrize("model_folder", hf_models.ROPE_KINDS, indirect=True)
@@ -135,21 +145,6 @@ def test_rope_scalings_match_transformers_past_the_trained_length(model_folder):
         assert lm.backbone.max_sequence_length is None
         row = lm.generate([prompts[2]], max_length=40, stop_token_ids=[])[0]
         assert len(row) == 40
-
-
-@pytest.mark.only_backend("jax")
-@pytest.mark.parametrize("model_folder", hf_models.ROPE_KINDS, indirect=True)
-def test_rope_scalings_save_as_transformers_reads_them(model_folder, tmp_path):
-    _, folder = model_folder
-    lm = CausalLM.from_pretrained(folder)
-    lm.save_pretrained(tmp_path)
-    reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
-    np.testing.assert_allclose(
-        hf_models.logits(reloaded, LONG_SEQUENCE), _logits(lm, LONG_SEQUENCE), atol=1e-4
-    )
-    again = CausalLM.from_pretrained(tmp_path)
-    config = {**lm.backbone.get_config(), "name": None}
-    assert {**again.backbone.get_config(), "name": None} == config
 
 
 @pytest.mark.only_backend("jax")  # config reading only

@@ -780,6 +780,56 @@ class CausalLM(keras.Model):
 
         checkpoint.save_causal_lm(self, path)
 
+    @classmethod
+    def from_keras_hub(cls, model, dtype=None):
+        """A keras-gen model of a keras-hub causal LM.
+
+        Converts GPT-2, Llama 2 and 3, Mistral, Mixtral, Qwen 2, Qwen 3,
+        Qwen 3 MoE, Gemma 1 to 3 (text) and Phi-3 models: the weights, the
+        tokenizer (byte-pair or SentencePiece, adding the start token where
+        keras-hub's preprocessor does) and the sampler the keras-hub model
+        was compiled with. Logits equal keras-hub's (float32: within 1e-4).
+
+        Args:
+            model: a keras-hub `CausalLM` (or `Backbone`: no tokenizer),
+                the path of a local keras-hub preset folder
+                (`save_to_preset`) or of a `.keras` file.
+            dtype: `None` (the keras-hub model's), `"float32"`,
+                `"bfloat16"` or `"float16"`.
+
+        Examples:
+        >>> hub = keras_hub.models.GemmaCausalLM.from_preset(  # doctest: +SKIP
+        ...     "gemma_2b_en")
+        >>> lm = CausalLM.from_keras_hub(hub)  # doctest: +SKIP
+        """
+        from keras_gen.models import keras_hub_conversion
+
+        lm = keras_hub_conversion.from_keras_hub(model, dtype=dtype)
+        if not isinstance(lm, cls):
+            raise ValueError(
+                f"The keras-hub model converts to a {type(lm).__name__}, not "
+                f"a {cls.__name__}. Use `CausalLM.from_keras_hub`."
+            )
+        return lm
+
+    def to_keras_hub(self, path=None):
+        """This model as a keras-hub `CausalLM` (with its preprocessor and
+        sampler where keras-hub has them), saved as a keras-hub preset
+        folder when `path` is given.
+
+        keras-hub takes the families `from_keras_hub` reads, with the
+        options keras-hub's backbones express (a ValueError names the
+        rest); a Llama with a byte-level BPE tokenizer becomes a Llama 3.
+        A SentencePiece family's preprocessor needs the tokenizer's
+        SentencePiece model (`tokenizer.model`): without it, the keras-hub
+        model takes token ids.
+        """
+        from keras_gen.models import keras_hub_conversion
+
+        return keras_hub_conversion.to_keras_hub(
+            self, None if path is None else os.fspath(path)
+        )
+
     def save_lora(self, path):
         """Write the backbone's adapters as a PEFT folder
         (`adapter_config.json`, `adapter_model.safetensors`).

@@ -253,6 +253,31 @@ class WeightReader:
             self.load(variable, name, transpose)
 
 
+class ArrayReader(WeightReader):
+    """A `WeightReader` over arrays in memory: `{name: numpy array}` in
+    Hugging Face's names (a model converted from another library).
+
+    Args:
+        weights: the arrays.
+        origin: str, what they come from, for messages.
+    """
+
+    def __init__(self, weights, origin):
+        self.path = origin
+        self.weights = weights
+        self.names = {name: origin for name in weights}
+        self.read = set()
+
+    def num_elements(self):
+        return sum(int(np.size(array)) for array in self.weights.values())
+
+    def get(self, name):
+        self.read.add(name)
+        if name not in self.weights:
+            raise ValueError(f"{self.path} has no weight {name!r}.")
+        return self.weights[name]
+
+
 def load_tokenizer(path):
     """The folder's tokenizer, or `None` (with a warning) when it has none."""
     try:
@@ -277,35 +302,48 @@ def load_causal_lm(path, dtype=None, causal_lm_class=None):
             on: the folder's architecture must be that class or a subclass.
     """
     config = read_config(path)
+    with WeightReader(path) as reader:
+        _check_fits(config, reader)
+        return build_causal_lm(
+            config,
+            reader,
+            load_tokenizer(path),
+            GenerationConfig.from_pretrained(path),
+            dtype=dtype,
+            causal_lm_class=causal_lm_class,
+        )
+
+
+def build_causal_lm(
+    config, reader, tokenizer, generation_config, dtype=None, causal_lm_class=None
+):
+    """A `CausalLM` from a Hugging Face config and a reader of its weights
+    (a folder's `WeightReader`, or an `ArrayReader`)."""
     name = architecture(config)
     converter = architectures.ARCHITECTURES[name]
     if causal_lm_class is not None and not issubclass(
         converter.CAUSAL_LM_CLASS, causal_lm_class
     ):
         raise ValueError(
-            f"{path!r} holds a {name}, which loads as "
+            f"{reader.path!r} holds a {name}, which loads as "
             f"{converter.CAUSAL_LM_CLASS.__name__}, not "
             f"{causal_lm_class.__name__}. Use `CausalLM.from_pretrained`."
         )
     dtype = resolve_dtype(dtype, config)
-    with WeightReader(path) as reader:
-        _check_fits(config, reader)
-        try:
-            backbone = converter.backbone_from_config(config, name, dtype=dtype)
-        except (TypeError, ValueError) as error:  # a bad entry: name the file
-            raise type(error)(f"{CONFIG_FILE} in {path!r}: {error}") from None
-        if hasattr(converter, "load_weights"):
-            converter.load_weights(backbone, reader)
-        else:
-            reader.load_all(converter.weight_map(backbone))
-        _warn_unused(reader, path)
-    tokenizer = load_tokenizer(path)
+    try:
+        backbone = converter.backbone_from_config(config, name, dtype=dtype)
+    except (TypeError, ValueError) as error:  # a bad entry: name the source
+        raise type(error)(f"{CONFIG_FILE} in {reader.path!r}: {error}") from None
+    if hasattr(converter, "load_weights"):
+        converter.load_weights(backbone, reader)
+    else:
+        reader.load_all(converter.weight_map(backbone))
+    _warn_unused(reader, reader.path)
     vocabulary_size = backbone.vocabulary_size
     if tokenizer is not None:
         tokenizer.eos_token_ids = _in_vocabulary(
             tokenizer.eos_token_ids, vocabulary_size, "The tokenizer's end token"
         )
-    generation_config = GenerationConfig.from_pretrained(path)
     if generation_config.eos_token_id is not None:
         generation_config = generation_config.replace(
             eos_token_id=_in_vocabulary(
@@ -364,7 +402,7 @@ def _in_vocabulary(token_ids, vocabulary_size, what):
         warnings.warn(
             f"{what} {outside} is outside the model's vocabulary of "
             f"{vocabulary_size} tokens, so generation does not stop on it.",
-            stacklevel=4,
+            stacklevel=5,
         )
     return [t for t in token_ids if 0 <= t < vocabulary_size]
 
@@ -380,7 +418,7 @@ def _warn_unused(reader, path):
             f"{len(unused)} tensors in {path!r} are not used by the model its "
             f"{CONFIG_FILE} describes (fewer layers than the weights?): "
             f"{unused[:5]}{' ...' if len(unused) > 5 else ''}",
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
@@ -438,9 +476,10 @@ def _remove_old_shards(path):
     os.remove(index_file)
 
 
-def save_causal_lm(causal_lm, path):
-    """Write a `CausalLM` as a Hugging Face model folder (safetensors)."""
-    path = os.fspath(path)
+def to_hugging_face(causal_lm):
+    """`(config, special_ids, weights)`: the `config.json` contents, the
+    tokenizer's special ids, and `{name: numpy array}` in Hugging Face's
+    names, of a `CausalLM`."""
     backbone = causal_lm.backbone
     converter = architectures.converter_for_backbone(backbone)
     config = converter.config_from_backbone(backbone)
@@ -470,6 +509,13 @@ def save_causal_lm(causal_lm, path):
         for one_name, one_array in zip(names, arrays):
             one_array = np.swapaxes(one_array, -1, -2) if transpose else one_array
             weights[one_name] = np.ascontiguousarray(one_array)
+    return config, special_ids, weights
+
+
+def save_causal_lm(causal_lm, path):
+    """Write a `CausalLM` as a Hugging Face model folder (safetensors)."""
+    path = os.fspath(path)
+    config, special_ids, weights = to_hugging_face(causal_lm)
     os.makedirs(path, exist_ok=True)
     _remove_old_shards(path)
     with open(os.path.join(path, CONFIG_FILE), "w") as f:
@@ -478,5 +524,6 @@ def save_causal_lm(causal_lm, path):
     safetensors.numpy.save_file(
         weights, os.path.join(path, WEIGHTS_FILE), metadata={"format": "pt"}
     )
+    tokenizer = causal_lm.tokenizer
     if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(path)

@@ -25,27 +25,30 @@ UNIGRAM, BPE = 1, 2
 SPACE = "\u2581"  # "▁", SentencePiece's whitespace
 
 
-def read_model(path):
-    """The `sentencepiece` `ModelProto` of a `tokenizer.model` file."""
+def read_model(model):
+    """The `sentencepiece` `ModelProto` of a `tokenizer.model` file (its
+    path) or of its bytes."""
+    where = "The SentencePiece model" if isinstance(model, bytes) else model
     try:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError as error:
         raise ImportError(
-            f"Reading {path} (a SentencePiece model) needs the `sentencepiece` "
-            "and `protobuf` packages: pip install sentencepiece protobuf"
+            f"Reading {where} needs the `sentencepiece` and `protobuf` "
+            "packages: pip install sentencepiece protobuf"
         ) from error
     proto = sentencepiece_model_pb2.ModelProto()
-    with open(path, "rb") as f:
-        data = f.read()
+    if not isinstance(model, bytes):
+        with open(model, "rb") as f:
+            model = f.read()
     try:
-        proto.ParseFromString(data)
+        proto.ParseFromString(model)
     except Exception as error:  # protobuf's DecodeError
-        raise ValueError(f"{path} is not a SentencePiece model: {error}") from error
+        raise ValueError(f"{where} is not a SentencePiece model: {error}") from error
     if not proto.pieces:
-        raise ValueError(f"{path} is not a SentencePiece model: it has no pieces.")
+        raise ValueError(f"{where} is not a SentencePiece model: it has no pieces.")
     if not 0 <= proto.trainer_spec.unk_id < len(proto.pieces):
         raise ValueError(
-            f"{path}: the unknown piece's id ({proto.trainer_spec.unk_id}) is "
+            f"{where}: the unknown piece's id ({proto.trainer_spec.unk_id}) is "
             f"not one of its {len(proto.pieces)} pieces."
         )
     return proto
@@ -108,17 +111,17 @@ def _normalizer(spec):
     return normalizers.Sequence(steps)
 
 
-def tokenizer_from_sentencepiece(path, add_bos_token=True, add_eos_token=False):
-    """A `tokenizers.Tokenizer` that encodes and decodes as the
-    SentencePiece model at `path` does.
+def tokenizer_from_sentencepiece(model, add_bos_token=True, add_eos_token=False):
+    """A `tokenizers.Tokenizer` that encodes and decodes as a SentencePiece
+    model does.
 
     Args:
-        path: a `tokenizer.model` file.
+        model: the path of a `tokenizer.model` file, or its bytes.
         add_bos_token: bool, start every encoded text with the model's BOS
             piece (transformers' default for Llama, Mistral and Gemma).
         add_eos_token: bool, end it with the EOS piece.
     """
-    proto = read_model(path)
+    proto = read_model(model)
     spec = proto.normalizer_spec
     tokenizer = tokenizers.Tokenizer(_model(proto))
     tokenizer.normalizer = _normalizer(spec)

@@ -76,6 +76,10 @@ class Tokenizer:
         pad_token_id: `None` or int.
         config: dict, the `tokenizer_config.json` contents to write back
             on `save_pretrained`.
+        sentencepiece_model: `None`, or the bytes of the SentencePiece
+            model the tokenizer was made from: written back as
+            `tokenizer.model`, and what keras-hub's SentencePiece
+            tokenizers take (`CausalLM.to_keras_hub`).
 
     Examples:
     >>> tokenizer = Tokenizer.from_pretrained("path/to/model")  # doctest: +SKIP
@@ -90,6 +94,7 @@ class Tokenizer:
         eos_token_ids=None,
         pad_token_id=None,
         config=None,
+        sentencepiece_model=None,
     ):
         if isinstance(tokenizer, (str, os.PathLike)):
             tokenizer = tokenizers.Tokenizer.from_file(os.fspath(tokenizer))
@@ -103,6 +108,14 @@ class Tokenizer:
         self.eos_token_ids = _as_list(eos_token_ids)
         self.pad_token_id = pad_token_id
         self.config = dict(config or {})
+        if sentencepiece_model is not None and not isinstance(
+            sentencepiece_model, bytes
+        ):
+            raise TypeError(
+                "`sentencepiece_model` must be None or bytes. Received: "
+                f"{type(sentencepiece_model).__name__}"
+            )
+        self.sentencepiece_model = sentencepiece_model
 
     @classmethod
     def from_pretrained(cls, path):
@@ -143,6 +156,10 @@ class Tokenizer:
                 "keras-gen reads Hugging Face `tokenizers` files and "
                 "SentencePiece models."
             )
+        sentencepiece_model = None
+        if os.path.isfile(sentencepiece_file):
+            with open(sentencepiece_file, "rb") as f:
+                sentencepiece_model = f.read()
         template_file = os.path.join(path, CHAT_TEMPLATE_FILE)
         if os.path.isfile(template_file):
             with open(template_file, encoding="utf-8") as f:
@@ -170,6 +187,7 @@ class Tokenizer:
             eos_token_ids=eos_token_ids or special_id("eos"),
             pad_token_id=pad[0] if pad else None,
             config=config,
+            sentencepiece_model=sentencepiece_model,
         )
         if "chat_template" in config:  # checked now, not at the first chat
             file = (
@@ -312,10 +330,14 @@ class Tokenizer:
         return self.tokenizer.id_to_token(int(token_id))
 
     def save_pretrained(self, path):
-        """Write `tokenizer.json` and `tokenizer_config.json` to a folder."""
+        """Write `tokenizer.json` and `tokenizer_config.json` (and
+        `tokenizer.model`, when made from one) to a folder."""
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         self.tokenizer.save(os.path.join(path, TOKENIZER_FILE))
+        if self.sentencepiece_model is not None:
+            with open(os.path.join(path, SENTENCEPIECE_FILE), "wb") as f:
+                f.write(self.sentencepiece_model)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.config}
         for name, token_id in (
             ("bos", self.bos_token_id),

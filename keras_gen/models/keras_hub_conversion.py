@@ -193,15 +193,16 @@ def _keras_hub_tokenizer_to_tokenizers(hub, add_start):
 
 
 def _tokenizer(task):
-    """The keras-gen `Tokenizer` of a keras-hub task's preprocessor: it
-    adds the start token where the preprocessor does."""
-    preprocessor = getattr(task, "preprocessor", None)
-    hub = getattr(preprocessor, "tokenizer", None)
+    """The keras-gen `Tokenizer` of a keras-hub task's preprocessor.
+
+    It starts texts with the start token whenever the tokenizer has one:
+    keras-hub's `generate_preprocess` always does (0.32 ignores the
+    preprocessor's `add_start_token` there).
+    """
+    hub = getattr(getattr(task, "preprocessor", None), "tokenizer", None)
     if hub is None:
         return None
-    add_start = bool(getattr(preprocessor, "add_start_token", False)) and (
-        getattr(hub, "start_token_id", None) is not None
-    )
+    add_start = getattr(hub, "start_token_id", None) is not None
     return Tokenizer(
         _keras_hub_tokenizer_to_tokenizers(hub, add_start),
         bos_token_id=getattr(hub, "start_token_id", None),
@@ -369,6 +370,21 @@ def keras_hub_weights(backbone, weights, config):
         )
 
 
+def _config_sampler(config):
+    """The sampler `generate` takes from a `GenerationConfig` (its other
+    options, penalties and the like, have no keras-hub counterpart)."""
+    if not config.do_sample:
+        return samplers.GreedySampler()
+    temperature = 1.0 if config.temperature is None else config.temperature
+    if config.top_p is not None and config.top_p < 1.0:
+        return samplers.TopPSampler(
+            p=config.top_p, k=config.top_k, temperature=temperature
+        )
+    if config.top_k:
+        return samplers.TopKSampler(k=config.top_k, temperature=temperature)
+    return samplers.RandomSampler(temperature=temperature)
+
+
 def to_keras_hub(causal_lm, path=None):
     """See `CausalLM.to_keras_hub`."""
     keras_hub = _keras_hub()
@@ -394,14 +410,22 @@ def to_keras_hub(causal_lm, path=None):
     hub_tokenizer = _keras_hub_tokenizer(
         causal_lm.tokenizer, preprocessor_class.tokenizer_cls
     )
-    preprocessor = (
-        None if hub_tokenizer is None else preprocessor_class(tokenizer=hub_tokenizer)
-    )
+    preprocessor = None
+    if hub_tokenizer is not None:
+        # For `fit`: keras-hub's `generate` starts with the start token
+        # whatever this says.
+        tokenizer = causal_lm.tokenizer
+        bos = tokenizer.bos_token_id
+        adds_start = bos is not None and tokenizer.encode("")[:1] == [bos]
+        preprocessor = preprocessor_class(
+            tokenizer=hub_tokenizer, add_start_token=adds_start
+        )
     task = task_class(backbone=backbone, preprocessor=preprocessor)
-    if causal_lm.sampler is not None:
-        sampler = _converted_sampler(causal_lm.sampler, keras_hub.samplers)
-        if sampler is not None:
-            task.compile(sampler=sampler)
+    sampler = causal_lm.sampler or _config_sampler(causal_lm.generation_config)
+    if sampler is not None:
+        sampler = _converted_sampler(sampler, keras_hub.samplers)
+    if sampler is not None:
+        task.compile(sampler=sampler)
     if path is not None:
         task.save_to_preset(os.fspath(path))
     return task

@@ -319,6 +319,15 @@ def test_sampler_comes_along_both_ways():
     lm.compile(sampler=samplers.MinPSampler(p=0.1))
     with pytest.warns(UserWarning, match="MinPSampler"):
         lm.to_keras_hub()
+    # Not compiled: the sampler `generate` takes from the generation config.
+    lm.compile(sampler=None)
+    assert isinstance(lm.to_keras_hub().sampler, keras_hub.samplers.GreedySampler)
+    lm.generation_config = lm.generation_config.replace(
+        do_sample=True, top_k=9, temperature=0.6
+    )
+    sampler = lm.to_keras_hub().sampler
+    assert isinstance(sampler, keras_hub.samplers.TopKSampler)
+    assert (sampler.k, sampler.temperature) == (9, 0.6)
 
 
 @pytest.mark.only_backend("jax")

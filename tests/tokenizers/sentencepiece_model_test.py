@@ -105,11 +105,15 @@ def test_a_folder_with_only_tokenizer_model_loads_with_its_special_tokens(tmp_pa
     assert ids[0] == 1 and tokenizer.decode(ids) == "the quick brown fox"
     # Byte fallback: unseen characters round-trip through their bytes.
     assert tokenizer.decode(tokenizer.encode("日本 ✓")) == "日本 ✓"
-    # Saved, it is a tokenizer.json that reads back the same.
+    # Saved, it is a tokenizer.json that reads back the same, and the
+    # SentencePiece model itself (kept for SentencePiece readers: keras-hub).
     tokenizer.save_pretrained(tmp_path / "saved")
     again = Tokenizer.from_pretrained(tmp_path / "saved")
     for text in TEXTS:
         assert again.encode(text) == tokenizer.encode(text)
+    model = (tmp_path / "tokenizer.model").read_bytes()
+    assert (tmp_path / "saved" / "tokenizer.model").read_bytes() == model
+    assert again.sentencepiece_model == model
     # The config decides BOS and EOS.
     config.update(add_bos_token=False, add_eos_token=True)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))

@@ -66,13 +66,16 @@ LONG_SYSTEMS = ("keras-gen", "ctranslate2", "llama.cpp")
 # `--quantize`.
 # keras-gen on a backend other than `--backend`, side by side with it.
 BACKEND_SYSTEMS = {f"keras-gen-{name}": name for name in ("jax", "tensorflow", "torch")}
+QUANTIZED = ("int8", "int8-weight-only", "int4")
 PEERS = SYSTEMS + (
     "transformers-compiled",
     "ctranslate2",
     "ctranslate2-int8",
     "llama.cpp",
     "llama.cpp-q8_0",
+    "llama.cpp-q4_0",
     *BACKEND_SYSTEMS,
+    *(f"keras-gen-{mode}" for mode in QUANTIZED),
 )
 # The Python packages each peer needs.
 PACKAGES = {
@@ -83,6 +86,7 @@ PACKAGES = {
     "ctranslate2-int8": "ctranslate2",
     "llama.cpp": "llama_cpp gguf",
     "llama.cpp-q8_0": "llama_cpp gguf",
+    "llama.cpp-q4_0": "llama_cpp gguf",
 }
 
 
@@ -139,10 +143,11 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--quantize",
-        choices=["int8", "int8-weight-only"],
+        choices=QUANTIZED,
         help="also run keras-gen quantized (int8: `quantize('int8')`, "
-        "int8 activations too; int8-weight-only: float "
-        "activations) and report its drift from float32",
+        "int8 activations too; int8-weight-only: float activations; int4: "
+        "`quantize('int4')`, weight-only, groups of 128) and report its "
+        "drift from float32",
     )
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--system", help=argparse.SUPPRESS)  # a child process
@@ -256,7 +261,9 @@ def keras_gen_workload(args, quantize=None):
     import keras_gen
 
     lm = keras_gen.models.CausalLM.from_pretrained(args.weights)
-    if quantize:
+    if quantize == "int4":
+        lm.quantize("int4")
+    elif quantize:
         lm.quantize("int8", quantize_activations=quantize != "int8-weight-only")
     lm.compile(sampler=args.sampler)
     batches = batched(args, lm.backbone.vocabulary_size)
@@ -415,7 +422,8 @@ def ctranslate2_workload(args, quantization="float32"):
 
 def write_gguf(weights, path, quantization):
     """The Hugging Face GPT-2 folder `weights` as a llama.cpp GGUF file:
-    float32 tensors, or `q8_0` matrices. No tokenizer (token ids go in)."""
+    float32 tensors, or `q8_0` / `q4_0` matrices. No tokenizer (token ids
+    go in)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -455,12 +463,9 @@ def write_gguf(weights, path, quantization):
         value = value.astype("float32")
         if parts[0] == "h" and parts[-1] == "weight" and value.ndim == 2:
             value = value.T.copy()  # Conv1D (in, out) to ggml's (out, in) rows
-        if quantization == "q8_0" and value.ndim == 2:
-            writer.add_tensor(
-                target,
-                gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0),
-                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
-            )
+        if quantization != "f32" and value.ndim == 2:
+            kind = gguf.GGMLQuantizationType[quantization.upper()]
+            writer.add_tensor(target, gguf.quants.quantize(value, kind), raw_dtype=kind)
         else:
             writer.add_tensor(target, value)
     writer.write_header_to_file()
@@ -558,6 +563,7 @@ WORKLOADS = {
     "keras-gen-int8-weight-only": lambda a: keras_gen_workload(
         a, quantize="int8-weight-only"
     ),
+    "keras-gen-int4": lambda a: keras_gen_workload(a, quantize="int4"),
     "keras-hub": keras_hub_workload,
     "transformers": transformers_workload,
     "transformers-compiled": lambda a: transformers_workload(a, compiled=True),
@@ -566,6 +572,7 @@ WORKLOADS = {
     **{name: keras_gen_workload for name in BACKEND_SYSTEMS},
     "llama.cpp": llama_cpp_workload,
     "llama.cpp-q8_0": lambda a: llama_cpp_workload(a, quantization="q8_0"),
+    "llama.cpp-q4_0": lambda a: llama_cpp_workload(a, quantization="q4_0"),
 }
 
 

@@ -46,6 +46,32 @@ class Dense(LeanCall, keras.layers.Dense):
         )
         return self._bias_and_activation(x)
 
+    def _int4_call(self, inputs, training=None):
+        # Keras' int4 call multiplies through a custom-gradient function;
+        # outside training, the kernel is unpacked and dequantized in the
+        # step (weight-only int4: the product runs in the inputs' dtype).
+        if training or self.lora_enabled or self.inputs_quantizer is not None:
+            return super()._int4_call(inputs, training=training)
+        kernel = self.dequantized_int4_kernel(inputs.dtype)
+        return self._bias_and_activation(backend.matmul(inputs, kernel))
+
+    def dequantized_int4_kernel(self, dtype="float32"):
+        """The float `(in, out)` kernel of an int4-quantized layer: one
+        scale per output (`block_size=None`), or per group of `block_size`
+        inputs, with a zero point, as Keras' sub-channel int4 (and GPTQ)
+        keep it: `(q - zero[g]) * scale[g]`."""
+        ops = keras.ops
+        values = keras.quantizers.unpack_int4(
+            self._kernel, self._orig_output_dim, axis=-1
+        )
+        values = ops.cast(values, dtype)
+        if getattr(self, "_int4_block_size", None) in (None, -1):
+            return values / ops.cast(self.kernel_scale, dtype)
+        groups = ops.cast(self.g_idx, "int32")
+        scale = ops.cast(ops.take(self.kernel_scale, groups, axis=0), dtype)
+        zero = ops.cast(ops.take(self.kernel_zero, groups, axis=0), dtype)
+        return (values - zero) * scale
+
     def _bias_and_activation(self, x):
         if self.bias is not None:
             x = keras.ops.add(x, self.bias)

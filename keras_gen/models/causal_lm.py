@@ -324,14 +324,30 @@ class CausalLM(keras.Model):
         it reaches a kernel, so that the products run on int8 (as
         CTranslate2's int8 and llama.cpp's q8_0 do; Keras' own int8
         scheme). `quantize_activations=False` keeps activations float
-        (weight-only): closer to the float model, slower. Other arguments go
-        to `keras.Model.quantize`.
+        (weight-only): closer to the float model, slower. `"int4"`:
+        weight-only int4 on the blocks' `Dense` projections (Keras' groups
+        of 128 inputs with a scale and a zero point each; `config=` for
+        another `block_size`), the embeddings and the output head kept.
+        Other arguments go to `keras.Model.quantize`.
         """
         if config.mode == "int8" and not quantize_activations:
             # Keras has already resolved `mode` into a `config`.
             config = keras.quantizers.Int8QuantizationConfig(
                 weight_quantizer=config.weight_quantizer,
                 activation_quantizer=None,
+            )
+        if config.mode == "int4":
+            # Weight-only int4 on the blocks' projections; the embeddings
+            # and the output head stay as they are (as GPTQ and AWQ
+            # checkpoints keep them).
+            head = getattr(self.backbone, "lm_head", None)
+            kwargs.setdefault(
+                "filters",
+                lambda layer: (
+                    isinstance(layer, keras.layers.Dense)
+                    and layer is not head
+                    and _quantizable(layer)
+                ),
             )
         kwargs.setdefault("filters", _quantizable)
         with warnings.catch_warnings():

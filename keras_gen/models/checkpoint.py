@@ -434,8 +434,10 @@ def _float_weights(backbone):
 
     `quantize("int8")` keeps int8 values and one scale per output channel
     (per row of an embedding); a Hugging Face folder holds float weights,
-    so they are written as `values / scale`. Other modes are refused. A
-    kernel with a LoRA adapter is written merged (`W + (alpha / r) A B`).
+    so they are written as `values / scale`. `quantize("int4")` kernels are
+    written dequantized too (`Dense.dequantized_int4_kernel`). Other modes
+    are refused. A kernel with a LoRA adapter is written merged
+    (`W + (alpha / r) A B`).
     """
     from keras_gen.training import lora
 
@@ -445,12 +447,18 @@ def _float_weights(backbone):
         adapted = getattr(layer, "lora_enabled", False)
         if mode is None and not adapted:
             continue
-        if mode not in (None, "int8"):
+        if mode not in (None, "int8", "int4"):
             raise ValueError(
-                f"`save_pretrained` writes float or int8-quantized models; "
+                f"`save_pretrained` writes float, int8 or int4 models; "
                 f"{layer.path} is quantized as {mode!r}. Save with "
                 '`lm.save("model.keras")` instead.'
             )
+        if mode == "int4":
+            variable = layer._kernel
+            values = layer.dequantized_int4_kernel("float32")
+            values = keras.ops.convert_to_numpy(values)
+            weights[variable.path] = values + lora.delta(layer) if adapted else values
+            continue
         if isinstance(layer, keras.layers.Embedding):
             variable = layer._embeddings
             scale = layer.embeddings_scale[:, None] if mode else 1.0

@@ -273,6 +273,45 @@ def test_int8_models_save_as_keras_and_as_float_checkpoints(model_folder, tmp_pa
         assert np.abs(logits - reference).max() < 0.2 * np.abs(reference).max()
 
 
+@pytest.mark.parametrize(
+    "model_folder",
+    ["llama", pytest.param("phi3", marks=pytest.mark.only_backend("jax"))],
+    indirect=True,
+)
+def test_int4_models_generate_save_as_keras_and_as_float_checkpoints(
+    model_folder, tmp_path
+):
+    model, folder = model_folder
+    lm = CausalLM.from_pretrained(folder)
+    # Groups of 16 inputs: several groups per kernel at these sizes.
+    lm.quantize("int4", config=keras.quantizers.Int4QuantizationConfig(block_size=16))
+    # Weight-only int4 on the blocks' projections; embeddings and head stay.
+    block = lm.backbone.transformer_layers[0]
+    assert block.o_proj.quantization_mode == "int4"
+    assert block.o_proj.kernel_scale.shape[0] > 1  # groups
+    assert lm.backbone.embed_tokens.quantization_mode is None
+    assert lm.backbone.lm_head is None or lm.backbone.lm_head.quantization_mode is None
+    quantized = _logits(lm, hf_models.FULL_BATCH)
+    reference = hf_models.logits(model, hf_models.FULL_BATCH)
+    # 16 levels per group are coarse for these tiny random models (about 7%
+    # of a weight each), but the logits stay those of the same model.
+    assert np.corrcoef(quantized.ravel(), reference.ravel())[0, 1] > 0.85
+    tokens = lm.generate(hf_models.RAGGED_PROMPTS, max_new_tokens=6)
+    assert [len(t) for t in tokens] == [len(p) + 6 for p in hf_models.RAGGED_PROMPTS]
+    lm.save(str(tmp_path / "lm.keras"))
+    restored = keras.saving.load_model(str(tmp_path / "lm.keras"))
+    np.testing.assert_array_equal(_logits(restored, hf_models.FULL_BATCH), quantized)
+    # A Hugging Face folder holds the int4 weights dequantized to floats:
+    # transformers computes the int4 model's logits from it.
+    lm.save_pretrained(tmp_path / "hf")
+    reloaded = hf_models.transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "hf"
+    )
+    np.testing.assert_allclose(
+        hf_models.logits(reloaded, hf_models.FULL_BATCH), quantized, atol=1e-4
+    )
+
+
 @pytest.mark.only_backend("jax")
 @pytest.mark.parametrize("model_folder", ["phi3", "gemma3", "qwen3_moe"], indirect=True)
 def test_the_engine_serves_the_families_as_generate_does(model_folder):

@@ -24,6 +24,7 @@ import safetensors.numpy
 from keras_gen.generation.generation_config import GENERATION_CONFIG_FILE
 from keras_gen.generation.generation_config import GenerationConfig
 from keras_gen.models import architectures
+from keras_gen.models import int4_checkpoint
 from keras_gen.tokenizers.tokenizer import Tokenizer
 from keras_gen.utils import progress
 from keras_gen.utils.files import read_json_object
@@ -179,7 +180,9 @@ class WeightReader:
         for file_path in set(self.names.values()):
             weights = self._open(file_path)
             for name in weights.keys():
-                total += int(np.prod(weights.get_slice(name).get_shape()))
+                count = int(np.prod(weights.get_slice(name).get_shape()))
+                # GPTQ and AWQ pack eight 4-bit weights in each int32.
+                total += 8 * count if name.endswith(".qweight") else count
         return total
 
     def __enter__(self):
@@ -334,7 +337,16 @@ def build_causal_lm(
         backbone = converter.backbone_from_config(config, name, dtype=dtype)
     except (TypeError, ValueError) as error:  # a bad entry: name the source
         raise type(error)(f"{CONFIG_FILE} in {reader.path!r}: {error}") from None
-    if hasattr(converter, "load_weights"):
+    if int4_checkpoint.scheme(config) is not None:
+        if hasattr(converter, "load_weights"):
+            raise ValueError(
+                f"keras-gen reads GPTQ and AWQ checkpoints of the decoder "
+                f"families, not of {name}."
+            )
+        int4_checkpoint.load_weights(
+            backbone, converter.weight_map(backbone), reader, config
+        )
+    elif hasattr(converter, "load_weights"):
         converter.load_weights(backbone, reader)
     else:
         reader.load_all(converter.weight_map(backbone))

@@ -124,7 +124,7 @@ def _matched(backbone, rules):
     if unknown:
         raise ValueError(
             f"keras-gen cannot convert these weights of the {type(backbone).__name__}"
-            f" (a quantized or changed model?): {unknown[:5]}"
+            f" (a changed model?): {unknown[:5]}"
         )
     return matched
 
@@ -234,6 +234,16 @@ def from_keras_hub(model, dtype=None):
     task = hub if isinstance(hub, keras_hub.models.CausalLM) else None
     backbone = hub.backbone if task is not None else hub
     family = _family(backbone)
+    modes = {
+        layer.quantization_mode
+        for layer in backbone._flatten_layers()
+        if getattr(layer, "quantization_mode", None)
+    }
+    if modes:
+        raise ValueError(
+            f"The keras-hub model is quantized ({sorted(modes)}): convert its "
+            'float model, then quantize in keras-gen (`lm.quantize("int8")`).'
+        )
     hub_config = backbone.get_config()
     # Some backbones (keras-hub 0.32's Llama) leave the tie out of their
     # config: the embedding layer knows.

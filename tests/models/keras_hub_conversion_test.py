@@ -346,6 +346,10 @@ def test_bad_input_is_named(tmp_path):
     )
     with pytest.raises(ValueError, match="OPTBackbone"):
         CausalLM.from_keras_hub(opt)
+    quantized = task("qwen3")
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match="quantized"):
+        CausalLM.from_keras_hub(quantized)
     with pytest.raises(ValueError, match="not a GemmaCausalLM"):
         from keras_gen.models.gemma.gemma_causal_lm import GemmaCausalLM
 

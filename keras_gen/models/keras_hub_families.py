@@ -71,9 +71,11 @@ EMBEDDING = {"token_embedding/embeddings": ("model.embed_tokens.weight", SAME)}
 LM_HEAD = {"token_embedding/reverse_embeddings": ("lm_head.weight", LINEAR)}
 
 
-def _llama_block(block="transformer_layer_{i}", attention="self_attention"):
-    layer = "model.layers.{i}"
-    a, hf = f"{block}/{attention}", f"{layer}.self_attn"
+def _llama_block():
+    """The table of the Llama-like families (their optional biases and
+    query/key norms included: a rule no variable matches is unused)."""
+    block, layer = "transformer_layer_{i}", "model.layers.{i}"
+    a, hf = f"{block}/self_attention", f"{layer}.self_attn"
     return {
         f"{a}/query/kernel": (f"{hf}.q_proj.weight", LINEAR),
         f"{a}/key/kernel": (f"{hf}.k_proj.weight", LINEAR),

@@ -11,6 +11,7 @@ SentencePiece vocabulary) and the compiled sampler come along both ways.
 Nothing is downloaded: keras-hub presets load from local folders only.
 """
 
+import json
 import os
 import re
 import warnings
@@ -305,8 +306,6 @@ def _keras_hub_tokenizer(tokenizer, tokenizer_class):
             pass
     model = tokenizer.tokenizer.model
     if _is_byte_level(tokenizer) and isinstance(model, tokenizers.models.BPE):
-        import json
-
         state = json.loads(tokenizer.tokenizer.to_str())
         vocabulary = dict(state["model"]["vocab"])
         for token in state.get("added_tokens", []):

@@ -13,8 +13,6 @@ import collections
 
 import numpy as np
 
-from keras_gen.models.gemma import gemma_checkpoint
-
 
 class Layout:
     """A keras-hub variable's layout against its Hugging Face tensor.
@@ -614,10 +612,18 @@ def _gemma3_config(config):
     }
 
 
+def _gemma3_rope(config):
+    """`(global theta, global scaling or None, local theta)` of a Gemma 3
+    config as keras-gen writes it (one rope entry per layer type)."""
+    parameters = config["rope_parameters"]
+    full = dict(parameters["full_attention"])
+    theta = full.pop("rope_theta")
+    scaling = full if full.get("rope_type") != "default" else None
+    return theta, scaling, parameters["sliding_attention"]["rope_theta"]
+
+
 def _keras_hub_gemma3_config(config):
-    theta, scaling, local_theta = gemma_checkpoint.gemma3_rope(
-        config, "Gemma3ForCausalLM"
-    )
+    theta, scaling, local_theta = _gemma3_rope(config)
     if (theta, local_theta) != (1_000_000.0, 10_000.0):
         raise ValueError(
             "keras-hub's Gemma3Backbone rotates with wavelengths 1e6 (global) "

@@ -61,7 +61,7 @@ def _activation(config, architecture):
     return decoder_checkpoint.activation(config, architecture, *keys)
 
 
-def gemma3_rope(config, architecture):
+def _gemma3_rope(config, architecture):
     """`(global theta, global scaling, local theta)` of a Gemma 3 config."""
     parameters = config.get("rope_parameters") or {}
     if "full_attention" in parameters:
@@ -102,7 +102,7 @@ def backbone_from_config(config, architecture, dtype=None):
         pattern = 2
     else:
         pattern = config.get("sliding_window_pattern", 6)
-        theta, scaling, local_theta = gemma3_rope(config, architecture)
+        theta, scaling, local_theta = _gemma3_rope(config, architecture)
         kwargs.update(
             rope_max_wavelength=theta,
             rope_scaling=scaling,

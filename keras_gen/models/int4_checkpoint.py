@@ -81,10 +81,12 @@ def read_linear(reader, name, method, group_size, offset):
         values = _awq_order(values)
         zero = _awq_order(zero)
     inputs, outputs = values.shape
-    groups = inputs if group_size <= 0 else group_size
-    g_idx = np.arange(inputs) // groups
+    size = inputs if group_size <= 0 else group_size
+    g_idx = np.arange(inputs) // size
     if f"{name}.g_idx" in reader:
         g_idx = np.asarray(reader.get(f"{name}.g_idx"), np.int64)
+    if not np.isfinite(scale).all():
+        raise ValueError(f"{reader.path}: {name!r}.scales holds NaN or inf.")
     if (
         scale.shape != zero.shape
         or scale.shape[1] != outputs
@@ -122,26 +124,24 @@ def load_weights(backbone, weight_map, reader, config):
     }
     rest = []
     for name, variable, transpose in weight_map:
-        prefix = name.removesuffix(".weight") if isinstance(name, str) else None
-        if prefix is None or f"{prefix}.qweight" not in reader:
-            if isinstance(name, tuple) and f"{name[0][:-7]}.qweight" in reader:
-                # Stacked experts: dequantized, one float `(out, in)` each.
-                arrays = [
-                    dequantize(*read_linear(reader, n[:-7], method, group_size, offset))
-                    for n in name
-                ]
-                variable.assign(np.stack(arrays).astype(np.float32))
-                continue
+        names = name if isinstance(name, tuple) else (name,)
+        prefixes = [n.removesuffix(".weight") for n in names]
+        if f"{prefixes[0]}.qweight" not in reader:
             rest.append((name, variable, transpose))
             continue
-        values, zero, scale, g_idx = read_linear(
-            reader, prefix, method, group_size, offset
-        )
-        layer = dense_layers.get(variable.path)
-        if layer is None:  # not a Dense kernel here: a float weight
-            array = dequantize(values, zero, scale, g_idx)
-            variable.assign(array if transpose else array.T)
+        linears = [
+            read_linear(reader, prefix, method, group_size, offset)
+            for prefix in prefixes
+        ]
+        layer = None if isinstance(name, tuple) else dense_layers.get(variable.path)
+        if layer is None:
+            # Stacked experts, or not a Dense kernel here: float weights.
+            arrays = [dequantize(*linear) for linear in linears]  # (in, out)
+            array = np.stack(arrays) if isinstance(name, tuple) else arrays[0]
+            variable.assign(array if transpose else np.swapaxes(array, -1, -2))
             continue
+        values, zero, scale, g_idx = linears[0]
+        prefix = prefixes[0]
         if tuple(layer.kernel.shape) != values.shape:
             raise ValueError(
                 f"{reader.path}: {prefix!r} holds a {values.shape} weight; the "

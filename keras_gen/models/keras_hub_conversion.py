@@ -304,9 +304,11 @@ def _keras_hub_tokenizer(tokenizer, tokenizer_class):
             return tokenizer_class(proto=tokenizer.sentencepiece_model)
         except TypeError:  # a byte-pair family
             pass
-    model = tokenizer.tokenizer.model
-    if _is_byte_level(tokenizer) and isinstance(model, tokenizers.models.BPE):
-        state = json.loads(tokenizer.tokenizer.to_str())
+    text = tokenizer.tokenizer.to_str()
+    if '"ByteLevel"' in text and isinstance(
+        tokenizer.tokenizer.model, tokenizers.models.BPE
+    ):
+        state = json.loads(text)
         vocabulary = dict(state["model"]["vocab"])
         for token in state.get("added_tokens", []):
             vocabulary[token["content"]] = token["id"]
